@@ -1,0 +1,15 @@
+# Finds CCCL (Thrust, CUB, libcu++). It ships with the CUDA toolkit: the package config lives
+# under <toolkit>/lib64/cmake, the toolkit root being two levels above nvcc.
+if(TARGET CCCL::CCCL)
+  return()
+endif()
+set(_reco_cccl_hints)
+find_program(_reco_nvcc nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin)
+if(_reco_nvcc)
+  get_filename_component(_reco_cuda_root "${_reco_nvcc}" DIRECTORY)
+  get_filename_component(_reco_cuda_root "${_reco_cuda_root}" DIRECTORY)
+  list(APPEND _reco_cccl_hints "${_reco_cuda_root}/lib64/cmake" "${_reco_cuda_root}/lib/cmake")
+endif()
+list(APPEND _reco_cccl_hints /usr/local/cuda/lib64/cmake)
+find_package(CCCL CONFIG REQUIRED HINTS ${_reco_cccl_hints})
+set(RECO_CCCL_DIR "${CCCL_DIR}" CACHE INTERNAL "Where CCCL's package config was found")

@@ -1,0 +1,158 @@
+// The partial sums the generic passes reduce, and the per-call scalars they leave in the
+// backend's memory (so that later passes read them there, without a host round trip).
+#pragma once
+
+#include <cstdint>
+
+#include "reco/component.hpp"
+#include "reco/detail/moments.hpp"
+#include "reco/select/top_entropy.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr double huge_value = 1.0e308;
+
+// Per-response scratch arrays (structure of arrays in the workspace).
+struct response_scratch {
+  index_t* length = nullptr;     // valid tokens |o_i|
+  index_t* kept = nullptr;       // policy tokens (selection)
+  index_t* first = nullptr;      // first / last valid position (absolute token index)
+  index_t* last = nullptr;
+  double* old_mean = nullptr;    // mean old_logp over valid tokens
+  double* adv = nullptr;         // A_i
+  double* weight = nullptr;      // w_i
+  double* seq_log = nullptr;     // sequence log-ratio (sequence-scope ratios)
+  double* entropy_q = nullptr;   // entropy quantile (entropy-split clip)
+  std::uint32_t* status = nullptr;
+  std::uint8_t* capped = nullptr;  // 1 when the weight hit its cap
+};
+
+// Reduction over responses right after the group stage.
+struct batch_partial {
+  std::uint32_t status = 0;
+  double nonempty = 0;        // R'
+  double tokens = 0;          // N_valid
+  double longest = 0;         // longest response range (packed L_max)
+  moments reward{};           // rewards of all responses
+  double nonzero_rewards = 0;
+  moments token_adv{};        // group-stage values weighted by |o_i|
+  double weight_sum = 0;      // over non-empty responses (batch normalisation)
+
+  RECO_HOST_DEVICE static batch_partial merge(const batch_partial& a, const batch_partial& b) {
+    batch_partial r;
+    r.status = a.status | b.status;
+    r.nonempty = a.nonempty + b.nonempty;
+    r.tokens = a.tokens + b.tokens;
+    r.longest = a.longest > b.longest ? a.longest : b.longest;
+    r.reward = moments::merge(a.reward, b.reward);
+    r.nonzero_rewards = a.nonzero_rewards + b.nonzero_rewards;
+    r.token_adv = moments::merge(a.token_adv, b.token_adv);
+    r.weight_sum = a.weight_sum + b.weight_sum;
+    return r;
+  }
+};
+
+struct group_partial {
+  std::uint32_t status = 0;
+  double zero_std = 0;
+  RECO_HOST_DEVICE static group_partial merge(const group_partial& a, const group_partial& b) {
+    return {a.status | b.status, a.zero_std + b.zero_std};
+  }
+};
+
+// Reduction over responses once advantages, weights and kept counts are final.
+struct response_partial {
+  double kept_tokens = 0;
+  double kept_nonempty = 0;
+  double weight_count = 0;
+  double weight_sum = 0;
+  double weight_min = huge_value;
+  double weight_max = -huge_value;
+  double cap_hits = 0;
+  RECO_HOST_DEVICE static response_partial merge(const response_partial& a, const response_partial& b) {
+    response_partial r;
+    r.kept_tokens = a.kept_tokens + b.kept_tokens;
+    r.kept_nonempty = a.kept_nonempty + b.kept_nonempty;
+    r.weight_count = a.weight_count + b.weight_count;
+    r.weight_sum = a.weight_sum + b.weight_sum;
+    r.weight_min = a.weight_min < b.weight_min ? a.weight_min : b.weight_min;
+    r.weight_max = a.weight_max > b.weight_max ? a.weight_max : b.weight_max;
+    r.cap_hits = a.cap_hits + b.cap_hits;
+    return r;
+  }
+};
+
+// Counts of the selection's population.
+struct cut_partial {
+  double greater = 0;
+  double equal = 0;
+  RECO_HOST_DEVICE static cut_partial merge(const cut_partial& a, const cut_partial& b) {
+    return {a.greater + b.greater, a.equal + b.equal};
+  }
+};
+
+// Reduction over tokens: the loss parts and the token diagnostics.
+struct token_partial {
+  double policy = 0, kl = 0, entropy = 0;
+  double valid = 0, policy_tokens = 0;
+  double clipped = 0, clip_low = 0, clip_high = 0, dual = 0;
+  double ppo_kl = 0, ratio_sum = 0, ratio_min = huge_value, ratio_max = -huge_value;
+  double kl_sum = 0, entropy_sum = 0, entropy_kept_sum = 0;
+  double adv_sum = 0, adv_sq_sum = 0;
+  double var_sum[3] = {0, 0, 0};
+  double var_count[3] = {0, 0, 0};
+
+  RECO_HOST_DEVICE static token_partial merge(const token_partial& a, const token_partial& b) {
+    token_partial r;
+    r.policy = a.policy + b.policy;
+    r.kl = a.kl + b.kl;
+    r.entropy = a.entropy + b.entropy;
+    r.valid = a.valid + b.valid;
+    r.policy_tokens = a.policy_tokens + b.policy_tokens;
+    r.clipped = a.clipped + b.clipped;
+    r.clip_low = a.clip_low + b.clip_low;
+    r.clip_high = a.clip_high + b.clip_high;
+    r.dual = a.dual + b.dual;
+    r.ppo_kl = a.ppo_kl + b.ppo_kl;
+    r.ratio_sum = a.ratio_sum + b.ratio_sum;
+    r.ratio_min = a.ratio_min < b.ratio_min ? a.ratio_min : b.ratio_min;
+    r.ratio_max = a.ratio_max > b.ratio_max ? a.ratio_max : b.ratio_max;
+    r.kl_sum = a.kl_sum + b.kl_sum;
+    r.entropy_sum = a.entropy_sum + b.entropy_sum;
+    r.entropy_kept_sum = a.entropy_kept_sum + b.entropy_kept_sum;
+    r.adv_sum = a.adv_sum + b.adv_sum;
+    r.adv_sq_sum = a.adv_sq_sum + b.adv_sq_sum;
+    for (int k = 0; k < 3; ++k) {
+      r.var_sum[k] = a.var_sum[k] + b.var_sum[k];
+      r.var_count[k] = a.var_count[k] + b.var_count[k];
+    }
+    return r;
+  }
+};
+
+template <class Acc>
+struct merge_fn {
+  RECO_HOST_DEVICE Acc operator()(const Acc& a, const Acc& b) const { return Acc::merge(a, b); }
+};
+
+// Everything one call computes before the token pass, in the backend's memory.
+struct objective_scalars {
+  batch_partial batch{};
+  group_partial groups{};
+  response_partial responses{};
+  advantage_batch_stats adv_stats{};
+  double weight_scale = 1;          // batch-mean weight normalisation factor
+  aggregation_counts valid{};       // counts for the KL / entropy terms
+  aggregation_counts policy{};      // counts for the policy term
+  // token selection
+  index_t select_ranks[2] = {0, 0};
+  double select_values[2] = {0, 0};
+  index_t select_k = 0;
+  entropy_cut cut{};
+  cut_partial cut_counts{};
+  std::uint32_t status = 0;
+};
+
+}  // namespace detail
+RECO_NAMESPACE_END

@@ -1,0 +1,315 @@
+// Per-response and per-group passes of the generic objective algorithm. Each functor is a
+// namespace-scope type (nvcc cannot pass private nested types to kernels) whose operator() runs
+// on the host or the device.
+#pragma once
+
+#include <cstdint>
+
+#include "reco/algorithm/partials.hpp"
+#include "reco/batch.hpp"
+#include "reco/component.hpp"
+#include "reco/detail/math.hpp"
+#include "reco/result.hpp"
+#include "reco/weight/common.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+// Pointers to one call's inputs, in the backend's memory (null = not supplied).
+template <class T>
+struct batch_pointers {
+  token_layout layout{};
+  const index_t* group_offsets = nullptr;
+  index_t groups = 0;
+  const T* logp = nullptr;
+  const T* old_logp = nullptr;
+  const T* ref_logp = nullptr;
+  const T* entropy = nullptr;
+  const std::uint8_t* mask = nullptr;
+  const T* token_weights = nullptr;
+  const T* rewards = nullptr;
+  const T* advantages = nullptr;
+  const T* response_weights = nullptr;
+
+  RECO_HOST_DEVICE bool valid(index_t t) const { return mask == nullptr || mask[t] != 0; }
+};
+
+template <class T>
+batch_pointers<T> pointers_of(const batch_view<T>& b) {
+  batch_pointers<T> p;
+  p.layout = b.layout;
+  p.layout.tokens = b.logp.size();
+  p.group_offsets = b.group_offsets.data();
+  p.groups = b.group_offsets.size() > 0 ? b.group_offsets.size() - 1 : 0;
+  auto opt = [](const span<const T>& s) { return s.empty() ? nullptr : s.data(); };
+  p.logp = b.logp.data();
+  p.old_logp = opt(b.old_logp);
+  p.ref_logp = opt(b.ref_logp);
+  p.entropy = opt(b.entropy);
+  p.mask = b.mask.empty() ? nullptr : b.mask.data();
+  p.token_weights = opt(b.token_weights);
+  p.rewards = opt(b.rewards);
+  p.advantages = opt(b.advantages);
+  p.response_weights = opt(b.response_weights);
+  return p;
+}
+
+// Which optional inputs a call reads and checks.
+struct input_checks {
+  bool probabilities = false;  // logp, old_logp <= 0 (variance ratio)
+  bool ref = false;
+  bool entropy = false;
+  bool rewards = false;
+  bool advantages = false;
+  bool response_weights = false;
+};
+
+// Pass 1, per response: offsets, valid-token count and span, mean old log-prob, value checks.
+template <class T>
+struct scan_response_fn {
+  batch_pointers<T> b;
+  input_checks checks;
+  response_scratch r;
+
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    std::uint32_t st = 0;
+    const token_layout& L = b.layout;
+    if (L.kind == layout_kind::packed) {
+      const index_t o0 = L.offsets[i], o1 = L.offsets[i + 1];
+      if (o1 < o0 || o0 < 0 || o1 > L.tokens) st |= bad_token_offsets;
+      if (i == 0 && o0 != 0) st |= bad_token_offsets;
+      if (i == L.responses - 1 && o1 != L.tokens) st |= bad_token_offsets;
+    }
+    const index_t begin = L.begin(i), end = L.end(i);
+    index_t n = 0, first = -1, last = -1;
+    double old_sum = 0;
+    for (index_t t = begin; t < end; ++t) {
+      if (!b.valid(t)) continue;
+      ++n;
+      if (first < 0) first = t;
+      last = t;
+      const double lp = static_cast<double>(b.logp[t]);
+      if (!finite(lp) || (checks.probabilities && lp > 0)) st |= bad_logp;
+      double old = lp;
+      if (b.old_logp) {
+        old = static_cast<double>(b.old_logp[t]);
+        if (!finite(old) || (checks.probabilities && old > 0)) st |= bad_old_logp;
+      }
+      old_sum += old;
+      if (checks.ref && !finite(static_cast<double>(b.ref_logp[t]))) st |= bad_ref_logp;
+      if (checks.entropy && !finite(static_cast<double>(b.entropy[t]))) st |= bad_entropy;
+      if (b.token_weights) {
+        const double w = static_cast<double>(b.token_weights[t]);
+        if (!finite(w) || w < 0) st |= bad_token_weights;
+      }
+    }
+    if (checks.rewards && !finite(static_cast<double>(b.rewards[i]))) st |= bad_rewards;
+    if (checks.advantages && !finite(static_cast<double>(b.advantages[i]))) st |= bad_advantages;
+    if (checks.response_weights) {
+      const double w = static_cast<double>(b.response_weights[i]);
+      if (!finite(w) || w < 0) st |= bad_response_weights;
+    }
+    r.length[i] = n;
+    r.first[i] = first;
+    r.last[i] = last;
+    r.old_mean[i] = n > 0 ? old_sum / static_cast<double>(n) : 0.0;
+    r.status[i] = st;
+  }
+};
+
+// Pass 2, per group: group offsets, the estimator's group stage, raw capped weights and the
+// group-mean weight normalisation.
+template <class Obj, class T>
+struct group_fn {
+  Obj obj;
+  batch_pointers<T> b;
+  response_scratch r;
+  std::uint32_t* group_status;
+  std::uint8_t* group_zero_std;
+
+  RECO_HOST_DEVICE void operator()(index_t g) const {
+    std::uint32_t st = 0;
+    const index_t R = b.layout.responses;
+    index_t lo = b.group_offsets[g], hi = b.group_offsets[g + 1];
+    if (hi < lo || lo < 0 || hi > R) st |= bad_group_offsets;
+    if (g == 0 && lo != 0) st |= bad_group_offsets;
+    if (g == b.groups - 1 && hi != R) st |= bad_group_offsets;
+    lo = lo < 0 ? 0 : (lo > R ? R : lo);
+    hi = hi < lo ? lo : (hi > R ? R : hi);
+    const index_t size = hi - lo;
+
+    using adv_t = typename Obj::advantage_type;
+    const T* input = adv_t::input == advantage_input::rewards ? b.rewards : b.advantages;
+    std::uint8_t zero_std = 0;
+    if (size > 0) {
+      group_input<T> gi{size, input + lo, r.length + lo};
+      obj.advantage.group(gi, r.adv + lo, st);
+      if (adv_t::input == advantage_input::rewards) {
+        zero_std = 1;
+        for (index_t j = lo + 1; j < hi; ++j)
+          if (static_cast<double>(b.rewards[j]) != static_cast<double>(b.rewards[lo])) zero_std = 0;
+      }
+    }
+
+    const double cap = obj.weight.cap();
+    double sum = 0, count = 0;
+    for (index_t j = lo; j < hi; ++j) {
+      response_context ctx;
+      ctx.group_size = size;
+      ctx.length = r.length[j];
+      ctx.mean_old_logp = r.old_mean[j];
+      ctx.given_weight = b.response_weights ? static_cast<double>(b.response_weights[j]) : 1.0;
+      double w = obj.weight.raw(ctx);
+      std::uint8_t capped = 0;
+      if (cap > 0 && w > cap) {
+        w = cap;
+        capped = 1;
+      }
+      r.weight[j] = w;
+      r.capped[j] = capped;
+      if (ctx.length > 0) {
+        sum += w;
+        count += 1;
+      }
+    }
+    if (obj.weight.normalisation() == weight_normalisation::group_mean && sum > 0) {
+      const double scale = count / sum;
+      for (index_t j = lo; j < hi; ++j)
+        if (r.length[j] > 0) r.weight[j] *= scale;
+    }
+    group_status[g] = st;
+    group_zero_std[g] = zero_std;
+  }
+};
+
+struct group_partial_fn {
+  const std::uint32_t* status;
+  const std::uint8_t* zero_std;
+  RECO_HOST_DEVICE group_partial operator()(index_t g) const {
+    return {status[g], static_cast<double>(zero_std[g])};
+  }
+};
+
+template <class T>
+struct batch_partial_fn {
+  batch_pointers<T> b;
+  response_scratch r;
+  bool reads_rewards;
+  RECO_HOST_DEVICE batch_partial operator()(index_t i) const {
+    batch_partial p;
+    p.status = r.status[i];
+    const index_t n = r.length[i];
+    p.nonempty = n > 0 ? 1.0 : 0.0;
+    p.tokens = static_cast<double>(n);
+    p.longest = static_cast<double>(b.layout.end(i) - b.layout.begin(i));
+    if (reads_rewards) {
+      const double s = static_cast<double>(b.rewards[i]);
+      p.reward = moments::of(s);
+      p.nonzero_rewards = s != 0 ? 1.0 : 0.0;
+    }
+    p.token_adv = moments::of(r.adv[i], static_cast<double>(n));
+    p.weight_sum = n > 0 ? r.weight[i] : 0.0;
+    return p;
+  }
+};
+
+// Single-thread step: batch statistics for the estimators and the batch weight normalisation.
+template <class Obj>
+struct batch_stats_fn {
+  objective_scalars* s;
+  Obj obj;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    const batch_partial& p = s->batch;
+    advantage_batch_stats& a = s->adv_stats;
+    a.reward_count = p.reward.weight;
+    a.reward_mean = p.reward.mean;
+    a.reward_var = p.reward.variance_unbiased();
+    a.nonzero_rewards = p.nonzero_rewards;
+    a.token_count = p.token_adv.weight;
+    a.token_mean = p.token_adv.mean;
+    a.token_var_unbiased = p.token_adv.variance_unbiased();
+    a.token_var_biased = p.token_adv.variance_biased();
+    s->weight_scale = 1.0;
+    if (obj.weight.normalisation() == weight_normalisation::batch_mean && p.weight_sum > 0)
+      s->weight_scale = p.nonempty / p.weight_sum;
+    s->status = p.status | s->groups.status;
+  }
+};
+
+// Per response: the estimator's batch stage and the batch weight normalisation.
+template <class Obj>
+struct finalize_response_fn {
+  Obj obj;
+  response_scratch r;
+  const objective_scalars* s;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    r.adv[i] = obj.advantage.finalize(r.adv[i], s->adv_stats);
+    if (r.length[i] > 0) r.weight[i] *= s->weight_scale;
+  }
+};
+
+// Per response: the sequence log-ratio of a sequence-scope ratio form (needs final advantages).
+template <class Obj, class T>
+struct sequence_fn {
+  Obj obj;
+  batch_pointers<T> b;
+  response_scratch r;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    const index_t begin = b.layout.begin(i), end = b.layout.end(i);
+    double sum = 0;
+    token_context c;
+    c.advantage = r.adv[i];
+    for (index_t t = begin; t < end; ++t) {
+      if (!b.valid(t)) continue;
+      c.logp = static_cast<double>(b.logp[t]);
+      c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
+      sum += obj.ratio.sequence_term(c);
+    }
+    const index_t n = r.length[i];
+    r.seq_log[i] = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  }
+};
+
+// Per response: the `percentile` quantile of its valid tokens' entropies, read from keys sorted
+// ascending within each response (invalid tokens sorted last as +inf).
+struct entropy_quantile_fn {
+  token_layout layout;
+  const double* sorted;
+  response_scratch r;
+  double percentile;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    const index_t n = r.length[i];
+    if (n == 0) {
+      r.entropy_q[i] = 0;
+      return;
+    }
+    const double* v = sorted + layout.begin(i);
+    const double pos = percentile * static_cast<double>(n - 1);
+    index_t lo = static_cast<index_t>(pos);
+    if (lo > n - 1) lo = n - 1;
+    const index_t hi = lo + 1 < n ? lo + 1 : n - 1;
+    r.entropy_q[i] = v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+  }
+};
+
+struct response_partial_fn {
+  response_scratch r;
+  RECO_HOST_DEVICE response_partial operator()(index_t i) const {
+    response_partial p;
+    const index_t kept = r.kept[i];
+    p.kept_tokens = static_cast<double>(kept);
+    p.kept_nonempty = kept > 0 ? 1.0 : 0.0;
+    if (r.length[i] > 0) {
+      const double w = r.weight[i];
+      p.weight_count = 1;
+      p.weight_sum = w;
+      p.weight_min = w;
+      p.weight_max = w;
+      p.cap_hits = r.capped[i];
+    }
+    return p;
+  }
+};
+
+}  // namespace detail
+RECO_NAMESPACE_END

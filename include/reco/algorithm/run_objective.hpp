@@ -1,0 +1,148 @@
+// The generic objective algorithm, written once over a backend: a per-response pass (counts,
+// checks, advantages, weights), optional token selection / entropy quantiles / sequence ratios,
+// then one per-token pass that writes the gradient and reduces the loss and diagnostics.
+// Everything stays in the backend's memory and is stream-ordered on CUDA.
+//
+// Fast paths specialise objective_algorithm<Backend, Objective> (the seam the fused CUDA
+// kernels use); the generic version below stays the in-process reference for them.
+#pragma once
+
+#include <cstdint>
+
+#include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/select_tokens.hpp"
+#include "reco/algorithm/token_pass.hpp"
+#include "reco/backend/workspace.hpp"
+#include "reco/batch.hpp"
+#include "reco/result.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+struct init_scalars_fn {
+  objective_scalars* s;
+  RECO_HOST_DEVICE void operator()(index_t) const { *s = objective_scalars{}; }
+};
+
+template <class T>
+struct fill_entropy_keys_fn {
+  batch_pointers<T> b;
+  double* keys;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    keys[t] = b.valid(t) ? static_cast<double>(b.entropy[t]) : HUGE_VAL;
+  }
+};
+
+// Scratch of one call, carved out of the workspace.
+template <class T>
+struct objective_scratch {
+  objective_scalars* scalars = nullptr;
+  objective_result* result = nullptr;
+  token_partial* tokens = nullptr;
+  response_scratch r{};
+  std::uint32_t* group_status = nullptr;
+  std::uint8_t* group_zero_std = nullptr;
+  double* keys = nullptr;          // selection / entropy-quantile keys
+  std::uint8_t* kept = nullptr;
+  index_t* tie_rank = nullptr;
+
+  template <class Obj>
+  void carve(carver& c, index_t R, index_t P, index_t N) {
+    scalars = c.take<objective_scalars>(1);
+    result = c.take<objective_result>(1);
+    tokens = c.take<token_partial>(1);
+    r.length = c.take<index_t>(R);
+    r.first = c.take<index_t>(R);
+    r.last = c.take<index_t>(R);
+    r.old_mean = c.take<double>(R);
+    r.adv = c.take<double>(R);
+    r.weight = c.take<double>(R);
+    r.status = c.take<std::uint32_t>(R);
+    r.capped = c.take<std::uint8_t>(R);
+    group_status = c.take<std::uint32_t>(P);
+    group_zero_std = c.take<std::uint8_t>(P);
+    if constexpr (Obj::selector_type::active) {
+      r.kept = c.take<index_t>(R);
+      kept = c.take<std::uint8_t>(N);
+      tie_rank = c.take<index_t>(N);
+    }
+    if constexpr (Obj::selector_type::active || Obj::clip_type::needs_entropy_quantile) keys = c.take<double>(N);
+    if constexpr (Obj::ratio_type::scope == ratio_scope::sequence) r.seq_log = c.take<double>(R);
+    if constexpr (Obj::clip_type::needs_entropy_quantile) r.entropy_q = c.take<double>(R);
+  }
+};
+
+}  // namespace detail
+
+template <class Backend, class Objective>
+struct objective_algorithm {
+  template <class T>
+  static const objective_result* run(const Objective& obj, const Backend& backend, const batch_view<T>& batch,
+                                     gradients<T> grads, workspace<Backend>& ws, const normalisers& norm) {
+    using namespace detail;
+    const Backend be = ws.bind(backend);
+    const batch_pointers<T> b = pointers_of(batch);
+    const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
+
+    objective_scratch<T> sc;
+    carver measure(nullptr);
+    sc.template carve<Objective>(measure, R, P, N);
+    carver cut(ws.reserve(be, measure.used()));
+    sc.template carve<Objective>(cut, R, P, N);
+    objective_scalars* s = sc.scalars;
+    response_scratch r = sc.r;
+
+    using adv_t = typename Objective::advantage_type;
+    constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
+    input_checks checks;
+    checks.probabilities = Objective::ratio_type::needs_probabilities;
+    checks.ref = Objective::kl_type::active;
+    checks.entropy = Objective::needs_entropy;
+    checks.rewards = reads_rewards;
+    checks.advantages = !reads_rewards;
+    checks.response_weights = Objective::weight_type::reads_response_weights;
+
+    be.for_each(1, init_scalars_fn{s});
+    be.for_each(R, scan_response_fn<T>{b, checks, r});
+    be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
+    be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
+    be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+    be.for_each(1, batch_stats_fn<Objective>{s, obj});
+    if constexpr (Backend::host_accessible) throw_if_error(s->status);
+
+    if (adv_t::batch_stage != advantage_batch_stage::none ||
+        obj.weight.normalisation() == weight_normalisation::batch_mean)
+      be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+
+    const std::uint8_t* kept = nullptr;
+    if constexpr (Objective::selector_type::active) {
+      compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
+      mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+      be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+      kept = sc.kept;
+    } else {
+      r.kept = r.length;
+    }
+    if constexpr (Objective::clip_type::needs_entropy_quantile) {
+      be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
+      be.segmented_sort(sc.keys, b.layout);
+      be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.params.percentile});
+    }
+    if constexpr (Objective::ratio_type::scope == ratio_scope::sequence)
+      be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
+
+    be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
+    const bool kept_denominator = obj.kept_denominator();
+    be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
+
+    T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
+    be.reduce_tokens(b.layout,
+                     token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
+                     merge_fn<token_partial>{}, sc.tokens);
+    be.for_each(1, result_fn{s, sc.tokens, sc.result, b.entropy != nullptr, reads_rewards, P});
+    return sc.result;
+  }
+};
+
+RECO_NAMESPACE_END

@@ -1,0 +1,196 @@
+// Token selection for the 80/20 rule, written once over a backend: the cut (threshold and tie
+// budget) over a population of entropies, then the per-token kept flags.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "reco/algorithm/partials.hpp"
+#include "reco/detail/math.hpp"
+#include "reco/select/top_entropy.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+// keys[t] = H_t for valid tokens, +inf otherwise (so that valid tokens sort first).
+template <class T>
+struct fill_keys_fn {
+  const T* values;
+  const std::uint8_t* mask;
+  double* keys;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    keys[t] = (mask == nullptr || mask[t] != 0) ? static_cast<double>(values[t]) : HUGE_VAL;
+  }
+};
+
+struct count_valid_fn {
+  const std::uint8_t* mask;
+  RECO_HOST_DEVICE double operator()(index_t t) const { return (mask == nullptr || mask[t] != 0) ? 1.0 : 0.0; }
+};
+struct sum_fn {
+  RECO_HOST_DEVICE double operator()(double a, double b) const { return a + b; }
+};
+
+// k = max(1, ceil(rho N)) with a relative tolerance, so 0.2 * 15 keeps 3 tokens, not 4.
+RECO_HOST_DEVICE inline index_t top_k_count(double rho, index_t n) {
+  if (n <= 0) return 0;
+  index_t k = static_cast<index_t>(::ceil(rho * static_cast<double>(n) * (1.0 - 1e-12)));
+  if (k < 1) k = 1;
+  return k > n ? n : k;
+}
+
+// Single-thread step: which order statistics the cut needs, from the population size.
+struct cut_ranks_fn {
+  objective_scalars* s;
+  const double* population;
+  top_entropy_selection::params_type p;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    const index_t n = static_cast<index_t>(*population);
+    if (p.rule == selection_rule::top_k) {
+      s->select_k = top_k_count(p.rho, n);
+      s->select_ranks[0] = s->select_ranks[1] = n - s->select_k;  // ascending rank of the k-th largest
+    } else {
+      const double pos = (1.0 - p.rho) * static_cast<double>(n > 0 ? n - 1 : 0);
+      const index_t lo = static_cast<index_t>(pos);
+      s->select_ranks[0] = lo;
+      s->select_ranks[1] = lo + 1 < n ? lo + 1 : lo;
+    }
+  }
+};
+
+// Single-thread step: the cut value from the order statistics.
+struct cut_value_fn {
+  objective_scalars* s;
+  const double* population;
+  const double* values;  // the order statistics at select_ranks
+  top_entropy_selection::params_type p;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    if (p.rule == selection_rule::top_k) {
+      s->cut.value = values[0];
+    } else {
+      const index_t n = static_cast<index_t>(*population);
+      const double pos = (1.0 - p.rho) * static_cast<double>(n > 0 ? n - 1 : 0);
+      const double frac = pos - static_cast<double>(s->select_ranks[0]);
+      s->cut.value = values[0] + frac * (values[1] - values[0]);
+      s->cut.ties = -1;
+    }
+    if (*population <= 0) s->cut.value = HUGE_VAL;  // nothing to keep
+  }
+};
+
+template <class T>
+struct cut_count_fn {
+  const T* values;
+  const std::uint8_t* mask;
+  const objective_scalars* s;
+  RECO_HOST_DEVICE cut_partial operator()(index_t t) const {
+    cut_partial c;
+    if (mask != nullptr && mask[t] == 0) return c;
+    const double h = static_cast<double>(values[t]);
+    c.greater = h > s->cut.value ? 1 : 0;
+    c.equal = h == s->cut.value ? 1 : 0;
+    return c;
+  }
+};
+
+struct cut_ties_fn {
+  objective_scalars* s;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    s->cut.ties = s->select_k - static_cast<index_t>(s->cut_counts.greater);
+  }
+};
+
+// flags[t] = 1 for valid tokens exactly on the cut (their position order breaks ties).
+template <class T>
+struct tie_flags_fn {
+  const T* values;
+  const std::uint8_t* mask;
+  const objective_scalars* s;
+  std::uint8_t* flags;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    flags[t] = (mask == nullptr || mask[t] != 0) && static_cast<double>(values[t]) == s->cut.value;
+  }
+};
+
+template <class T>
+struct kept_fn {
+  const T* values;
+  const std::uint8_t* mask;
+  const objective_scalars* s;
+  const index_t* tie_rank;  // null: every tie fits the budget
+  std::uint8_t* kept;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    if (mask != nullptr && mask[t] == 0) {
+      kept[t] = 0;
+      return;
+    }
+    const double h = static_cast<double>(values[t]);
+    const entropy_cut& c = s->cut;
+    bool keep = h > c.value;
+    if (h == c.value) keep = c.ties < 0 || tie_rank == nullptr || tie_rank[t] < c.ties;
+    kept[t] = keep ? 1 : 0;
+  }
+};
+
+struct set_cut_fn {
+  objective_scalars* s;
+  entropy_cut cut;
+  RECO_HOST_DEVICE void operator()(index_t) const { s->cut = cut; }
+};
+
+// Per response: how many of its tokens were kept.
+struct kept_count_fn {
+  token_layout layout;
+  const std::uint8_t* kept;
+  index_t* out;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    index_t n = 0;
+    for (index_t t = layout.begin(i); t < layout.end(i); ++t) n += kept[t];
+    out[i] = n;
+  }
+};
+
+// The cut over a population of n entropies (mask may be null) into s->cut.
+// Scratch: keys (n doubles). population: the number of valid entries, in backend memory.
+template <class Backend, class T>
+void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, index_t n,
+                 const top_entropy_selection::params_type& p, const double* population, double* keys,
+                 objective_scalars* s) {
+  if (p.use_given) {
+    be.for_each(1, set_cut_fn{s, p.given});
+    return;
+  }
+  be.for_each(n, fill_keys_fn<T>{values, mask, keys});
+  be.for_each(1, cut_ranks_fn{s, population, p});
+  be.order_statistics(keys, n, s->select_ranks, 2, s->select_values);
+  be.for_each(1, cut_value_fn{s, population, s->select_values, p});
+  if (p.rule == selection_rule::top_k) {
+    be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &s->cut_counts);
+    be.for_each(1, cut_ties_fn{s});
+  }
+}
+
+// Kept flags for every token from the cut in s (tie_rank: n index_t of scratch).
+template <class Backend, class T>
+void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, index_t n,
+               objective_scalars* s, index_t* tie_rank, std::uint8_t* kept) {
+  bool need_ranks = true;
+  if constexpr (Backend::host_accessible) {
+    // The tie budget only matters when some tokens on the cut must be dropped.
+    if (s->cut.ties < 0) {
+      need_ranks = false;
+    } else {
+      cut_partial c{};
+      be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
+      need_ranks = static_cast<double>(s->cut.ties) < c.equal;
+    }
+  }
+  if (need_ranks) {
+    be.for_each(n, tie_flags_fn<T>{values, mask, s, kept});
+    be.exclusive_count(kept, n, tie_rank);
+  }
+  be.for_each(n, kept_fn<T>{values, mask, s, need_ranks ? tie_rank : nullptr, kept});
+}
+
+}  // namespace detail
+RECO_NAMESPACE_END

@@ -1,0 +1,178 @@
+// The per-token pass: each token's loss contribution, its gradient and its diagnostics, plus the
+// single-thread steps around it (aggregation counts before, the result after).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/response_passes.hpp"
+#include "reco/component.hpp"
+#include "reco/result.hpp"
+#include "reco/select/top_entropy.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+// The policy-gradient surrogate of one token: a self-clipped ratio form computes it alone,
+// any other goes through the clip policy.
+template <class Obj>
+RECO_HOST_DEVICE inline surrogate_value policy_surrogate(const Obj& obj, const token_context& c) {
+  if constexpr (Obj::ratio_type::self_clipped) {
+    return obj.ratio.surrogate(c);
+  } else {
+    return obj.clip.apply(obj.ratio.eval(c), c);
+  }
+}
+
+// Single-thread step: the counts every aggregator normalises by, with global overrides.
+template <class Obj>
+struct counts_fn {
+  objective_scalars* s;
+  normalisers norm;
+  token_layout layout;
+  bool kept_denominator;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    const double lmax = layout.kind == layout_kind::padded ? static_cast<double>(layout.max_length)
+                                                            : s->batch.longest;
+    aggregation_counts v;
+    v.tokens = norm.tokens > 0 ? static_cast<double>(norm.tokens) : s->batch.tokens;
+    v.responses = norm.responses > 0 ? static_cast<double>(norm.responses) : s->batch.nonempty;
+    v.all_responses = static_cast<double>(layout.responses);
+    v.max_length = lmax;
+    s->valid = v;
+    aggregation_counts p = v;
+    if (kept_denominator) {
+      p.tokens = norm.kept_tokens > 0 ? static_cast<double>(norm.kept_tokens) : s->responses.kept_tokens;
+      p.responses =
+          norm.kept_responses > 0 ? static_cast<double>(norm.kept_responses) : s->responses.kept_nonempty;
+    }
+    s->policy = p;
+  }
+};
+
+template <class Obj, class T>
+struct token_fn {
+  Obj obj;
+  batch_pointers<T> b;
+  response_scratch r;
+  const std::uint8_t* kept;  // null: every valid token is a policy token
+  const objective_scalars* s;
+  T* grad_logp;
+  T* grad_entropy;  // null unless an entropy term is on
+  bool kept_denominator;
+
+  RECO_HOST_DEVICE token_partial operator()(index_t i, index_t t) const {
+    token_partial p;
+    if (!b.valid(t)) {
+      grad_logp[t] = T(0);
+      if (grad_entropy) grad_entropy[t] = T(0);
+      return p;
+    }
+    token_context c;
+    c.logp = static_cast<double>(b.logp[t]);
+    c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
+    c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
+    c.advantage = r.adv[i];
+    if (r.seq_log) c.sequence_log_ratio = r.seq_log[i];
+    if (r.entropy_q) c.entropy_quantile = r.entropy_q[i];
+    const index_t n = r.length[i];
+    double grad = 0;
+    p.valid = 1;
+
+    if (kept == nullptr || kept[t]) {
+      const surrogate_value sv = policy_surrogate(obj, c);
+      const index_t n_pg = kept_denominator ? r.kept[i] : n;
+      double scale = obj.aggregate.coefficient(s->policy, n_pg) * r.weight[i];
+      if (b.token_weights) scale *= static_cast<double>(b.token_weights[t]);
+      p.policy = scale * sv.loss;
+      grad += scale * sv.grad;
+      p.policy_tokens = 1;
+      p.clipped = sv.clipped ? 1 : 0;
+      p.clip_low = sv.clipped && c.advantage < 0 ? 1 : 0;
+      p.clip_high = sv.clipped && c.advantage > 0 ? 1 : 0;
+      p.dual = sv.dual ? 1 : 0;
+      p.ppo_kl = c.old_logp - c.logp;
+      p.ratio_sum = sv.x;
+      p.ratio_min = sv.x;
+      p.ratio_max = sv.x;
+      p.entropy_kept_sum = c.entropy;
+    }
+
+    const double coef = obj.aggregate.coefficient(s->valid, n);
+    if constexpr (Obj::kl_type::active) {
+      const kl_value k = obj.kl.eval(c.logp, static_cast<double>(b.ref_logp[t]));
+      p.kl = obj.kl.params.beta * coef * k.value;
+      grad += obj.kl.params.beta * coef * k.grad;
+      p.kl_sum = k.value;
+    }
+    if constexpr (Obj::entropy_type::active) {
+      p.entropy = -obj.entropy.params.coef * coef * c.entropy;
+      grad_entropy[t] = static_cast<T>(-obj.entropy.params.coef * coef);
+    } else {
+      if (grad_entropy) grad_entropy[t] = T(0);
+    }
+    p.entropy_sum = c.entropy;
+    p.adv_sum = c.advantage;
+    p.adv_sq_sum = c.advantage * c.advantage;
+    // Token variance p(1 - p) by thirds of the response's valid span.
+    const index_t first = r.first[i], span_len = r.last[i] - first + 1;
+    int third = static_cast<int>((3 * (t - first)) / span_len);
+    third = third > 2 ? 2 : third;
+    p.var_sum[third] = ::exp(c.logp) * -::expm1(c.logp);
+    p.var_count[third] = 1;
+    grad_logp[t] = static_cast<T>(grad);
+    return p;
+  }
+};
+
+// Single-thread step: the result from the partial sums.
+struct result_fn {
+  const objective_scalars* s;
+  const token_partial* tp;
+  objective_result* out;
+  bool has_entropy;
+  bool reads_rewards;
+  index_t group_count;
+  RECO_HOST_DEVICE static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    const token_partial& t = *tp;
+    objective_result res;
+    res.policy_loss = t.policy;
+    res.kl_loss = t.kl;
+    res.entropy_loss = t.entropy;
+    res.loss = t.policy + t.kl + t.entropy;
+    diagnostics& d = res.stats;
+    d.clip_frac = ratio(t.clipped, t.policy_tokens);
+    d.clip_frac_low = ratio(t.clip_low, t.policy_tokens);
+    d.clip_frac_high = ratio(t.clip_high, t.policy_tokens);
+    d.dual_clip_frac = ratio(t.dual, t.policy_tokens);
+    d.ppo_kl = ratio(t.ppo_kl, t.policy_tokens);
+    d.ratio_mean = ratio(t.ratio_sum, t.policy_tokens);
+    d.ratio_min = t.policy_tokens > 0 ? t.ratio_min : 0.0;
+    d.ratio_max = t.policy_tokens > 0 ? t.ratio_max : 0.0;
+    d.ref_kl_mean = ratio(t.kl_sum, t.valid);
+    d.entropy_mean = has_entropy ? ratio(t.entropy_sum, t.valid) : 0.0;
+    d.entropy_kept_mean = has_entropy ? ratio(t.entropy_kept_sum, t.policy_tokens) : 0.0;
+    d.kept_frac = ratio(t.policy_tokens, t.valid);
+    const response_partial& rp = s->responses;
+    d.weight_mean = ratio(rp.weight_sum, rp.weight_count);
+    d.weight_min = rp.weight_count > 0 ? rp.weight_min : 0.0;
+    d.weight_max = rp.weight_count > 0 ? rp.weight_max : 0.0;
+    d.weight_cap_hits = static_cast<index_t>(rp.cap_hits);
+    const double groups = static_cast<double>(group_count);
+    d.zero_std_group_frac = reads_rewards ? ratio(s->groups.zero_std, groups) : 0.0;
+    d.advantage_mean = ratio(t.adv_sum, t.valid);
+    const double var = ratio(t.adv_sq_sum, t.valid) - d.advantage_mean * d.advantage_mean;
+    d.advantage_std = var > 0 ? ::sqrt(var) : 0.0;
+    for (int k = 0; k < 3; ++k) d.token_variance[k] = ratio(t.var_sum[k], t.var_count[k]);
+    d.valid_tokens = static_cast<index_t>(t.valid);
+    d.policy_tokens = static_cast<index_t>(t.policy_tokens);
+    d.nonempty_responses = static_cast<index_t>(s->batch.nonempty);
+    res.status = s->status;
+    *out = res;
+  }
+};
+
+}  // namespace detail
+RECO_NAMESPACE_END

@@ -1,0 +1,133 @@
+// The CPU backend: Thrust's OMP system when OpenMP is enabled, its sequential CPP system
+// otherwise. Results are bitwise reproducible and independent of the thread count: every
+// reduction runs over fixed-size chunks whose partials are merged in order.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#if defined(_OPENMP)
+#include <thrust/system/omp/execution_policy.h>
+#else
+#include <thrust/system/cpp/execution_policy.h>
+#endif
+
+#include "reco/backend/workspace.hpp"
+#include "reco/batch.hpp"
+#include "reco/config.hpp"
+#include "reco/result.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+struct cpu {
+  // Data handed to the CPU backend lives in host memory and can be read directly.
+  static constexpr bool host_accessible = true;
+
+  // Scratch is plain host memory allocated inside the calls; nothing to keep between them.
+  struct scratch_state {};
+  cpu with_scratch(scratch_state*, memory_resource*) const { return *this; }
+  static void release_scratch(scratch_state&) {}
+
+  static auto policy() {
+#if defined(_OPENMP)
+    return thrust::omp::par;
+#else
+    return thrust::cpp::par;
+#endif
+  }
+
+  template <class F>
+  void for_each(index_t n, F f) const {
+    if (n <= 0) return;
+    thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
+  }
+
+  // *out = merge of f(0) .. f(n-1); Acc{} must be the identity of merge.
+  template <class Acc, class F, class Merge>
+  void reduce(index_t n, F f, Merge merge, Acc* out) const {
+    constexpr index_t chunk = 1024;
+    const index_t chunks = (n + chunk - 1) / chunk;
+    std::vector<Acc> part(static_cast<std::size_t>(chunks));
+    Acc* parts = part.data();
+    for_each(chunks, [=](index_t c) {
+      Acc acc{};
+      const index_t e = std::min(n, (c + 1) * chunk);
+      for (index_t i = c * chunk; i < e; ++i) acc = merge(acc, f(i));
+      parts[c] = acc;
+    });
+    Acc acc{};
+    for (index_t c = 0; c < chunks; ++c) acc = merge(acc, parts[c]);
+    *out = acc;
+  }
+
+  // Reduction over every token position of a layout, f(i, t) with i the owning response.
+  // f is called exactly once per token (it may write per-token outputs).
+  template <class Acc, class F, class Merge>
+  void reduce_tokens(const token_layout& layout, F f, Merge merge, Acc* out) const {
+    constexpr index_t chunk = 8192;
+    const index_t n = layout.tokens;
+    const index_t chunks = (n + chunk - 1) / chunk;
+    std::vector<Acc> part(static_cast<std::size_t>(chunks));
+    Acc* parts = part.data();
+    for_each(chunks, [=](index_t c) {
+      Acc acc{};
+      const index_t b = c * chunk, e = std::min(n, b + chunk);
+      index_t i = layout.response_of(b);
+      for (index_t t = b; t < e; ++t) {
+        while (t >= layout.end(i)) ++i;
+        acc = merge(acc, f(i, t));
+      }
+      parts[c] = acc;
+    });
+    Acc acc{};
+    for (index_t c = 0; c < chunks; ++c) acc = merge(acc, parts[c]);
+    *out = acc;
+  }
+
+  // out[j] = the ranks[j]-th smallest of keys[0, n) (keys may be permuted). O(n) selection.
+  void order_statistics(double* keys, index_t n, const index_t* ranks, int m, double* out) const {
+    for (int j = 0; j < m; ++j) {
+      const index_t r = ranks[j];
+      if (r < 0 || r >= n) { out[j] = 0; continue; }
+      std::nth_element(keys, keys + r, keys + n);
+      out[j] = keys[r];
+    }
+  }
+
+  // Sorts each response's slice [begin_i, end_i) of keys ascending.
+  void segmented_sort(double* keys, const token_layout& layout) const {
+    for_each(layout.responses, [=](index_t i) { std::sort(keys + layout.begin(i), keys + layout.end(i)); });
+  }
+
+  // out[t] = number of nonzero flags before t.
+  void exclusive_count(const std::uint8_t* flags, index_t n, index_t* out) const {
+    index_t run = 0;
+    for (index_t t = 0; t < n; ++t) {
+      out[t] = run;
+      run += flags[t] != 0;
+    }
+  }
+
+  void* allocate(std::size_t bytes) const {
+    void* p = ::operator new(bytes, std::align_val_t{256});
+    return p;
+  }
+  void deallocate(void* p, std::size_t) const { ::operator delete(p, std::align_val_t{256}); }
+
+  template <class T>
+  void copy_to_host(T* dst, const T* src, index_t n) const {
+    if (n > 0) std::memcpy(dst, src, sizeof(T) * static_cast<std::size_t>(n));
+  }
+  template <class T>
+  T read(const T* src) const { return *src; }
+  void synchronize() const {}
+};
+
+RECO_NAMESPACE_END

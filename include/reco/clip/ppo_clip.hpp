@@ -1,0 +1,89 @@
+// PPO clipping with separate eps_low / eps_high (clip-higher), plus an optional dual clip:
+//   loss = max(-A S(x), -A S(clip(x, 1 - eps_low, 1 + eps_high)))   (S(x) = x, or 1/x for ASPO)
+// The gradient flows only through the unclipped branch: d loss / d logp = -A omega.
+//   hard dual clip (verl, c = 3; DAPO recipe c = 10): for A < 0 the loss is capped at -A c, with
+//     gradient 0 where the cap bites;
+//   soft dual clip (ASPO, c = 3): where the unclipped gradient weight omega exceeds c (A < 0 with
+//     ratio > c; A > 0 with ASPO's 1/r > c) the loss becomes -A sg(c) logp, so the gradient keeps
+//     flowing with weight c.
+#pragma once
+
+#include <cstdint>
+
+#include <string>
+
+#include "reco/component.hpp"
+#include "reco/validate.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+enum class dual_clip_mode : std::uint8_t { off, hard, soft };
+
+namespace detail {
+
+RECO_HOST_DEVICE inline surrogate_value ppo_surrogate(const ratio_value& rv, const token_context& c,
+                                                      double eps_low, double eps_high,
+                                                      dual_clip_mode dual, double dual_c) {
+  surrogate_value s;
+  s.x = rv.x;
+  const double a = c.advantage;
+  bool clipped = rv.clipped;
+  double rho = rv.x;
+  if (a > 0 && rv.x > 1.0 + eps_high) {
+    clipped = true;
+    rho = 1.0 + eps_high;
+  } else if (a < 0 && rv.x < 1.0 - eps_low) {
+    clipped = true;
+    rho = 1.0 - eps_low;
+  }
+  s.loss = -a * (rv.reciprocal ? 1.0 / rho : rho);
+  s.grad = clipped ? 0.0 : -a * rv.omega;
+  s.clipped = clipped && a != 0;
+  if (dual == dual_clip_mode::hard) {
+    if (a < 0 && s.loss > -a * dual_c) {
+      s.loss = -a * dual_c;
+      s.grad = 0.0;
+      s.dual = true;
+    }
+  } else if (dual == dual_clip_mode::soft) {
+    if (!clipped && a != 0 && rv.omega > dual_c) {
+      s.loss = -a * dual_c * c.logp;
+      s.grad = -a * dual_c;
+      s.dual = true;
+    }
+  }
+  return s;
+}
+
+}  // namespace detail
+
+struct ppo_clip {
+  using role = roles::clip_policy;
+  struct params_type {
+    double eps_low = 0.2;
+    double eps_high = 0.2;
+    dual_clip_mode dual_clip = dual_clip_mode::off;
+    double dual_clip_c = 3.0;  // must exceed 1
+  };
+  params_type params{};
+
+  // Throws reco::error naming the first parameter out of range.
+  void validate(const std::string& name) const {
+    using detail::check_param;
+    using detail::finite_param;
+    check_param(params.eps_low >= 0 && params.eps_low <= 1, name, "eps_low", "must be in [0, 1]");
+    check_param(finite_param(params.eps_high) && params.eps_high >= 0, name, "eps_high", "must be finite and >= 0");
+    check_param(params.dual_clip == dual_clip_mode::off || (finite_param(params.dual_clip_c) && params.dual_clip_c > 1), name, "dual_clip_c", "must be finite and > 1 when the dual clip is on");
+  }
+
+  static constexpr bool needs_entropy = false;
+  static constexpr bool needs_entropy_quantile = false;
+  static constexpr bool clips = true;
+
+  RECO_HOST_DEVICE surrogate_value apply(const ratio_value& rv, const token_context& c) const {
+    return detail::ppo_surrogate(rv, c, params.eps_low, params.eps_high, params.dual_clip,
+                                 params.dual_clip_c);
+  }
+};
+
+RECO_NAMESPACE_END

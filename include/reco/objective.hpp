@@ -1,0 +1,167 @@
+// reco::objective: a policy objective composed from components by policy-based design.
+//
+//   using my_objective = reco::objective<reco::grpo_advantage, reco::variance_ratio,
+//                                        reco::ppo_clip, reco::expected_count_weight,
+//                                        reco::seq_mean_token_mean, reco::kl_penalty>;
+//   my_objective obj;                      // every component default-constructed
+//   obj.clip.params.eps_high = 0.28;       // parameters are plain data
+//   reco::workspace<reco::cpu> ws;
+//   reco::objective_result res = obj(reco::cpu{}, batch, grads, ws);
+//
+// Five components are positional (advantage, ratio, clip, weight, aggregation); the optional
+// ones (a token selector, a KL term, an entropy term) follow in any order and default to
+// all_tokens, no_kl and no_entropy_bonus.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "reco/algorithm/run_objective.hpp"
+#include "reco/backend/workspace.hpp"
+#include "reco/batch.hpp"
+#include "reco/clip/no_clip.hpp"
+#include "reco/concepts.hpp"
+#include "reco/entropy/entropy_bonus.hpp"
+#include "reco/entropy/no_entropy_bonus.hpp"
+#include "reco/kl/no_kl.hpp"
+#include "reco/result.hpp"
+#include "reco/select/all_tokens.hpp"
+#include "reco/select/top_entropy.hpp"
+#include "reco/validate.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+template <template <class> class Is, class Default, class... Options>
+struct pick_option {
+  using type = Default;
+};
+template <template <class> class Is, class Default, class First, class... Rest>
+struct pick_option<Is, Default, First, Rest...> {
+  using type = std::conditional_t<Is<First>::value, First, typename pick_option<Is, Default, Rest...>::type>;
+};
+
+template <class C> struct is_selector_t : std::bool_constant<is_token_selector_v<C>> {};
+template <class C> struct is_kl_t : std::bool_constant<is_kl_term_v<C>> {};
+template <class C> struct is_entropy_t : std::bool_constant<is_entropy_term_v<C>> {};
+
+template <template <class> class Is, class... Options>
+inline constexpr int count_options = (0 + ... + (Is<Options>::value ? 1 : 0));
+
+}  // namespace detail
+
+template <class Advantage, class Ratio, class Clip, class Weight, class Aggregate, class... Options>
+class objective {
+  static_assert(is_advantage_estimator_v<Advantage>,
+                "reco::objective: the 1st component must model advantage_estimator "
+                "(reco::grpo_advantage, reco::rloo_advantage, ...)");
+  static_assert(is_ratio_form_v<Ratio>,
+                "reco::objective: the 2nd component must model ratio_form "
+                "(reco::token_ratio, reco::variance_ratio, ...)");
+  static_assert(is_clip_policy_v<Clip>,
+                "reco::objective: the 3rd component must model clip_policy "
+                "(reco::ppo_clip, reco::entropy_split_clip, reco::no_clip)");
+  static_assert(is_response_weighter_v<Weight>,
+                "reco::objective: the 4th component must model response_weighter "
+                "(reco::uniform_weight, reco::expected_count_weight, reco::caller_weight)");
+  static_assert(is_loss_aggregator_v<Aggregate>,
+                "reco::objective: the 5th component must model loss_aggregator "
+                "(reco::token_mean, reco::seq_mean_token_mean, ...)");
+  static_assert(((is_token_selector_v<Options> || is_kl_term_v<Options> || is_entropy_term_v<Options>) && ...),
+                "reco::objective: an optional component must model token_selector, kl_term or entropy_term");
+  static_assert(detail::count_options<detail::is_selector_t, Options...> <= 1,
+                "reco::objective: at most one token_selector");
+  static_assert(detail::count_options<detail::is_kl_t, Options...> <= 1, "reco::objective: at most one kl_term");
+  static_assert(detail::count_options<detail::is_entropy_t, Options...> <= 1,
+                "reco::objective: at most one entropy_term");
+
+ public:
+  using advantage_type = Advantage;
+  using ratio_type = Ratio;
+  using clip_type = Clip;
+  using weight_type = Weight;
+  using aggregate_type = Aggregate;
+  using selector_type = typename detail::pick_option<detail::is_selector_t, all_tokens, Options...>::type;
+  using kl_type = typename detail::pick_option<detail::is_kl_t, no_kl, Options...>::type;
+  using entropy_type = typename detail::pick_option<detail::is_entropy_t, no_entropy_bonus, Options...>::type;
+
+  static_assert(!Ratio::self_clipped || std::is_same_v<Clip, no_clip>,
+                "reco::objective: reinforce_ratio, cispo_ratio and sapo_ratio carry their own clipping "
+                "(or none); compose them with reco::no_clip");
+
+  // What a call needs from the batch (the objective checks these and names what is missing).
+  static constexpr bool needs_rewards = Advantage::input == advantage_input::rewards;
+  static constexpr bool needs_advantages = Advantage::input == advantage_input::advantages;
+  static constexpr bool needs_ref_logp = kl_type::active;
+  static constexpr bool needs_entropy =
+      selector_type::active || Clip::needs_entropy || entropy_type::active;
+  static constexpr bool needs_response_weights = Weight::reads_response_weights;
+  static constexpr bool has_entropy_gradient = entropy_type::active;
+
+  Advantage advantage{};
+  Ratio ratio{};
+  Clip clip{};
+  Weight weight{};
+  Aggregate aggregate{};
+  selector_type select{};
+  kl_type kl{};
+  entropy_type entropy{};
+
+  bool kept_denominator() const {
+    if constexpr (selector_type::active)
+      return select.params.denominator == selection_denominator::kept;
+    else
+      return false;
+  }
+
+  // Throws reco::error naming the first parameter out of range ("clip.params.eps_low", ...).
+  void validate() const {
+    detail::validate_component(advantage, "advantage");
+    detail::validate_component(ratio, "ratio");
+    detail::validate_component(clip, "clip");
+    detail::validate_component(weight, "weight");
+    detail::validate_component(aggregate, "aggregate");
+    detail::validate_component(select, "select");
+    detail::validate_component(kl, "kl");
+    detail::validate_component(entropy, "entropy");
+  }
+
+  // Stream-ordered call: returns a pointer to the result in the backend's memory (device memory
+  // for reco::cuda; valid until the workspace's next use). Structural errors (sizes, missing
+  // inputs, parameters) throw at once; errors found in the data are reported in result->status
+  // on a device backend and thrown on the CPU backend.
+  template <class Backend, class T>
+  const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              workspace<Backend>& ws, const normalisers& norm = {}) const {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "reco::objective: per-token values must be float or double");
+    validate();
+    detail::validate_batch(batch, grads, norm, needs_rewards, needs_advantages, needs_ref_logp, needs_entropy,
+                           needs_response_weights, has_entropy_gradient);
+    if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
+    return objective_algorithm<Backend, objective>::run(*this, backend, batch, grads, ws, norm);
+  }
+
+  // Synchronous call: the result on the host; throws reco::error for any input error.
+  template <class Backend, class T>
+  objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              workspace<Backend>& ws, const normalisers& norm = {}) const {
+    const objective_result* r = run(backend, batch, grads, ws, norm);
+    objective_result out;
+    backend.copy_to_host(&out, r, 1);
+    backend.synchronize();
+    throw_if_error(out.status);
+    return out;
+  }
+
+  // Convenience for one-off host calls: a temporary workspace.
+  template <class Backend, class T>
+  objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              const normalisers& norm = {}) const {
+    workspace<Backend> ws;
+    return (*this)(backend, batch, grads, ws, norm);
+  }
+};
+
+RECO_NAMESPACE_END

@@ -1,0 +1,149 @@
+// The named objectives of the spec (§11) and the paper's ablations. Each preset is an ordinary
+// reco::objective whose constructor sets the published constants; every parameter stays
+// adjustable afterwards (obj.clip.params.eps_high = ...). docs/presets.md lists each constant
+// and its source.
+//
+// DAPO's dynamic sampling (group filter) and overlong reward shaping act on the batch, not on the
+// loss: apply reco::filter_groups and reco::overlong_penalty (batch_ops/) before the call.
+#pragma once
+
+#include "reco/advantage/dr_grpo.hpp"
+#include "reco/advantage/grpo.hpp"
+#include "reco/aggregate/seq_mean_token_mean.hpp"
+#include "reco/aggregate/seq_mean_token_sum_norm.hpp"
+#include "reco/aggregate/token_mean.hpp"
+#include "reco/clip/no_clip.hpp"
+#include "reco/clip/ppo_clip.hpp"
+#include "reco/kl/kl_penalty.hpp"
+#include "reco/kl/no_kl.hpp"
+#include "reco/objective.hpp"
+#include "reco/ratio/cispo.hpp"
+#include "reco/ratio/flipped.hpp"
+#include "reco/ratio/sequence.hpp"
+#include "reco/ratio/token.hpp"
+#include "reco/ratio/variance.hpp"
+#include "reco/select/top_entropy.hpp"
+#include "reco/weight/expected_count.hpp"
+#include "reco/weight/uniform.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace presets {
+
+namespace detail {
+// verl's GRPO clip: eps 0.2 both sides plus the hard dual clip at c = 3.
+template <class Obj>
+void grpo_clip(Obj& o) {
+  o.clip.params.eps_low = 0.2;
+  o.clip.params.eps_high = 0.2;
+  o.clip.params.dual_clip = dual_clip_mode::hard;
+  o.clip.params.dual_clip_c = 3.0;
+}
+// DAPO's clip-higher: eps_low 0.2, eps_high 0.28, hard dual clip at c = 10 (DAPO recipe).
+template <class Obj>
+void dapo_clip(Obj& o) {
+  o.clip.params.eps_low = 0.2;
+  o.clip.params.eps_high = 0.28;
+  o.clip.params.dual_clip = dual_clip_mode::hard;
+  o.clip.params.dual_clip_c = 10.0;
+}
+// The paper's KL: k3 with beta = 0.001 (defaults of kl_penalty, restated for clarity).
+template <class Obj>
+void paper_kl(Obj& o) {
+  o.kl.params.estimator = kl_estimator::k3;
+  o.kl.params.beta = 0.001;
+}
+// The 80/20 rule as the official code runs it: exactly max(1, ceil(0.2 N)) tokens by top-k over
+// the batch passed in, divided by all valid tokens (the paper's equation).
+template <class Obj>
+void top_20_percent(Obj& o) {
+  o.select.params.rho = 0.2;
+  o.select.params.rule = selection_rule::top_k;
+  o.select.params.denominator = selection_denominator::valid;
+}
+}  // namespace detail
+
+struct grpo : objective<grpo_advantage, token_ratio, ppo_clip, uniform_weight, seq_mean_token_mean, kl_penalty> {
+  grpo() { detail::grpo_clip(*this); detail::paper_kl(*this); }
+};
+
+struct dr_grpo : objective<dr_grpo_advantage, token_ratio, ppo_clip, uniform_weight, seq_mean_token_sum_norm> {
+  dr_grpo() {
+    clip.params.eps_low = 0.2;
+    clip.params.eps_high = 0.2;
+  }
+};
+
+struct dapo : objective<grpo_advantage, token_ratio, ppo_clip, uniform_weight, token_mean> {
+  dapo() { detail::dapo_clip(*this); }
+};
+
+struct gspo : objective<grpo_advantage, sequence_ratio, ppo_clip, uniform_weight, seq_mean_token_mean> {
+  gspo() {
+    clip.params.eps_low = 3e-4;
+    clip.params.eps_high = 4e-4;
+  }
+};
+
+struct cispo : objective<grpo_advantage, cispo_ratio, no_clip, uniform_weight, token_mean> {};
+
+struct aspo : objective<grpo_advantage, flipped_ratio, ppo_clip, uniform_weight, token_mean, kl_penalty> {
+  aspo() {
+    clip.params.eps_low = 0.2;
+    clip.params.eps_high = 0.2;
+    clip.params.dual_clip = dual_clip_mode::soft;
+    clip.params.dual_clip_c = 3.0;
+    detail::paper_kl(*this);
+  }
+};
+
+struct reco : objective<grpo_advantage, variance_ratio, ppo_clip, expected_count_weight, seq_mean_token_mean,
+                        kl_penalty> {
+  reco() {
+    detail::grpo_clip(*this);
+    weight.params.cap = 10.0;
+    detail::paper_kl(*this);
+  }
+};
+
+// The paper's "No clipping" ablation of the response-weight cap (Table response_clip).
+struct reco_no_cap : reco {
+  reco_no_cap() { weight.params.cap = 0.0; }
+};
+
+struct reco_response_only : objective<grpo_advantage, token_ratio, ppo_clip, expected_count_weight,
+                                      seq_mean_token_mean, kl_penalty> {
+  reco_response_only() {
+    detail::grpo_clip(*this);
+    weight.params.cap = 10.0;
+    detail::paper_kl(*this);
+  }
+};
+
+struct reco_token_only : objective<grpo_advantage, variance_ratio, ppo_clip, uniform_weight, seq_mean_token_mean,
+                                   kl_penalty> {
+  reco_token_only() { detail::grpo_clip(*this); detail::paper_kl(*this); }
+};
+
+struct dapo_reco : objective<grpo_advantage, variance_ratio, ppo_clip, expected_count_weight, token_mean> {
+  dapo_reco() {
+    detail::dapo_clip(*this);
+    weight.params.cap = 10.0;
+  }
+};
+
+struct rule_80_20 : objective<grpo_advantage, token_ratio, ppo_clip, uniform_weight, token_mean,
+                              top_entropy_selection> {
+  rule_80_20() { detail::dapo_clip(*this); detail::top_20_percent(*this); }
+};
+
+struct rule_80_20_reco : objective<grpo_advantage, variance_ratio, ppo_clip, expected_count_weight, token_mean,
+                                   top_entropy_selection> {
+  rule_80_20_reco() {
+    detail::dapo_clip(*this);
+    weight.params.cap = 10.0;
+    detail::top_20_percent(*this);
+  }
+};
+
+}  // namespace presets
+RECO_NAMESPACE_END

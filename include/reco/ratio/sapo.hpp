@@ -1,0 +1,49 @@
+// SAPO's soft gate: loss -sigmoid(tau (r - 1)) (4 / tau) A, tau = tau_pos if A > 0 else tau_neg.
+// d loss / d logp = -4 A sigmoid (1 - sigmoid) r. Never clipped: compose with no_clip.
+#pragma once
+
+#include <string>
+
+#include "reco/component.hpp"
+#include "reco/validate.hpp"
+#include "reco/detail/math.hpp"
+#include "reco/ratio/token.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+struct sapo_ratio {
+  using role = roles::ratio_form;
+  struct params_type {
+    double tau_pos = 1.0;
+    double tau_neg = 1.05;
+    double log_ratio_clamp = 20.0;
+  };
+  params_type params{};
+
+  // Throws reco::error naming the first parameter out of range.
+  void validate(const std::string& name) const {
+    using detail::check_param;
+    using detail::finite_param;
+    check_param(finite_param(params.tau_pos) && params.tau_pos > 0, name, "tau_pos", "must be finite and > 0");
+    check_param(finite_param(params.tau_neg) && params.tau_neg > 0, name, "tau_neg", "must be finite and > 0");
+    check_param(finite_param(params.log_ratio_clamp) && params.log_ratio_clamp >= 0, name, "log_ratio_clamp", "must be finite and >= 0 (0 disables the clamp)");
+  }
+
+  static constexpr ratio_scope scope = ratio_scope::token;
+  static constexpr bool self_clipped = true;
+  static constexpr bool needs_probabilities = false;
+
+  RECO_HOST_DEVICE surrogate_value surrogate(const token_context& c) const {
+    bool passes;
+    surrogate_value s;
+    const double r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+    const double tau = c.advantage > 0 ? params.tau_pos : params.tau_neg;
+    const double g = detail::sigmoid(tau * (r - 1.0));
+    s.x = r;
+    s.loss = -g * (4.0 / tau) * c.advantage;
+    s.grad = passes ? -4.0 * c.advantage * g * (1.0 - g) * r : 0.0;
+    return s;
+  }
+};
+
+RECO_NAMESPACE_END

@@ -1,0 +1,53 @@
+// The PPO/GRPO token ratio r = exp(logp - old_logp); the log-ratio is clamped to +-20 by default
+// (verl, OpenRLHF; TRL has no clamp: set log_ratio_clamp = 0). Where the clamp bites the
+// derivative is 0, as autograd gives through a clamp.
+#pragma once
+
+#include <cmath>
+
+#include <string>
+
+#include "reco/component.hpp"
+#include "reco/validate.hpp"
+#include "reco/detail/math.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+namespace detail {
+// exp(clamp(l)) and whether the clamp let the derivative through; limit <= 0 disables it.
+RECO_HOST_DEVICE inline double clamped_exp(double l, double limit, bool& passes) {
+  passes = true;
+  if (limit > 0) {
+    if (l > limit) { l = limit; passes = false; }
+    else if (l < -limit) { l = -limit; passes = false; }
+  }
+  return ::exp(l);
+}
+}  // namespace detail
+
+struct token_ratio {
+  using role = roles::ratio_form;
+  struct params_type {
+    double log_ratio_clamp = 20.0;  // |logp - old_logp| limit before exp; 0 disables
+  };
+  params_type params{};
+
+  // Throws reco::error naming the first parameter out of range.
+  void validate(const std::string& name) const {
+    using detail::check_param;
+    using detail::finite_param;
+    check_param(finite_param(params.log_ratio_clamp) && params.log_ratio_clamp >= 0, name, "log_ratio_clamp", "must be finite and >= 0 (0 disables the clamp)");
+  }
+
+  static constexpr ratio_scope scope = ratio_scope::token;
+  static constexpr bool self_clipped = false;
+  static constexpr bool needs_probabilities = false;
+
+  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
+    bool passes;
+    const double r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+    return {r, passes ? r : 0.0, false, false};
+  }
+};
+
+RECO_NAMESPACE_END

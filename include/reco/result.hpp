@@ -1,0 +1,102 @@
+// What one objective call returns: the loss and its parts, the diagnostics of the spec's §10
+// and a status word for input errors found while reading device-resident data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "reco/config.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+// Token-level means are over valid tokens unless named otherwise; "policy tokens" are the valid
+// tokens that the token selector kept (all valid tokens without a selector).
+struct diagnostics {
+  double clip_frac = 0;        // policy tokens in a clipped branch
+  double clip_frac_low = 0;    // ... with A < 0 (ratio below 1 - eps_low)
+  double clip_frac_high = 0;   // ... with A > 0 (ratio above 1 + eps_high)
+  double dual_clip_frac = 0;   // policy tokens where the (hard or soft) dual clip fired
+  double ppo_kl = 0;           // mean(old_logp - logp) over policy tokens
+  double ratio_mean = 0;       // the value the clip sees, over policy tokens
+  double ratio_min = 0;
+  double ratio_max = 0;
+  double ref_kl_mean = 0;      // mean KL estimator value over valid tokens (KL term on)
+  double entropy_mean = 0;     // over valid tokens (entropy supplied)
+  double entropy_kept_mean = 0;  // over policy tokens (entropy supplied)
+  double kept_frac = 0;        // policy tokens / valid tokens
+  double weight_mean = 0;      // response weights over non-empty responses
+  double weight_min = 0;
+  double weight_max = 0;
+  index_t weight_cap_hits = 0;  // responses whose weight hit the cap
+  double zero_std_group_frac = 0;  // groups whose rewards are all equal (singletons included)
+  double advantage_mean = 0;   // token-weighted over valid tokens
+  double advantage_std = 0;    // token-weighted population std over valid tokens
+  double token_variance[3] = {0, 0, 0};  // mean p(1-p) in the early/middle/late third
+  index_t valid_tokens = 0;
+  index_t policy_tokens = 0;
+  index_t nonempty_responses = 0;
+};
+
+struct objective_result {
+  double loss = 0;          // policy + kl + entropy
+  double policy_loss = 0;   // aggregated policy-gradient surrogate (weights included)
+  double kl_loss = 0;       // beta * aggregate(kl)
+  double entropy_loss = 0;  // -coef * aggregate(entropy)
+  diagnostics stats;
+  std::uint32_t status = 0;  // 0 = ok; otherwise input_error bits (see describe_status)
+};
+
+// Input errors that can only be detected by reading the data (which may live on the device).
+enum input_error : std::uint32_t {
+  bad_token_offsets = 1u << 0,
+  bad_group_offsets = 1u << 1,
+  bad_logp = 1u << 2,
+  bad_old_logp = 1u << 3,
+  bad_ref_logp = 1u << 4,
+  bad_entropy = 1u << 5,
+  bad_rewards = 1u << 6,
+  bad_advantages = 1u << 7,
+  bad_response_weights = 1u << 8,
+  bad_token_weights = 1u << 9,
+  singleton_group = 1u << 10,
+};
+
+namespace detail {
+struct status_entry {
+  std::uint32_t bit;
+  const char* argument;
+  const char* what;
+};
+inline constexpr status_entry status_table[] = {
+    {bad_token_offsets, "batch.layout.offsets",
+     "offsets must start at 0, never decrease and end at the number of tokens"},
+    {bad_group_offsets, "batch.group_offsets",
+     "offsets must start at 0, never decrease and end at the number of responses"},
+    {bad_logp, "batch.logp", "NaN or infinite value (or log-probability above 0) in a valid token"},
+    {bad_old_logp, "batch.old_logp",
+     "NaN or infinite value (or log-probability above 0) in a valid token"},
+    {bad_ref_logp, "batch.ref_logp", "NaN or infinite value in a valid token"},
+    {bad_entropy, "batch.entropy", "NaN, infinite or negative value in a valid token"},
+    {bad_rewards, "batch.rewards", "NaN or infinite reward"},
+    {bad_advantages, "batch.advantages", "NaN or infinite advantage"},
+    {bad_response_weights, "batch.response_weights", "NaN, infinite or negative weight"},
+    {bad_token_weights, "batch.token_weights", "NaN, infinite or negative weight in a valid token"},
+    {singleton_group, "batch.group_offsets",
+     "a group has a single response and the estimator's singleton policy is 'error'"},
+};
+}  // namespace detail
+
+// The first error in a status word, as the argument it names and a sentence.
+inline std::string describe_status(std::uint32_t status) {
+  for (const auto& e : detail::status_table)
+    if (status & e.bit) return std::string(e.argument) + ": " + e.what;
+  return "ok";
+}
+
+// Throws reco::error naming the argument when status is not 0.
+inline void throw_if_error(std::uint32_t status) {
+  for (const auto& e : detail::status_table)
+    if (status & e.bit) throw error(e.argument, e.what);
+}
+
+RECO_NAMESPACE_END

@@ -1,0 +1,118 @@
+// Host-side checks of a call's structure: sizes, required inputs, parameters and (for host
+// memory) offsets. Each failure throws reco::error naming the argument.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "reco/batch.hpp"
+#include "reco/config.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+template <class C, class = void>
+struct has_validate : std::false_type {};
+template <class C>
+struct has_validate<C, std::void_t<decltype(std::declval<const C&>().validate(std::string()))>> : std::true_type {};
+
+template <class C>
+void validate_component(const C& c, const char* name) {
+  if constexpr (has_validate<C>::value) c.validate(name);
+}
+
+// Parameter checks used by the components' validate(name) members.
+inline void check_param(bool ok, const std::string& component, const char* field, const char* rule) {
+  if (!ok) fail(component + ".params." + field, rule);
+}
+inline bool finite_param(double x) { return std::isfinite(x); }
+
+template <class S>
+void check_per_token(const S& s, index_t n, const char* name) {
+  if (!s.empty() && s.size() != n)
+    fail(name, "has " + std::to_string(s.size()) + " entries, expected one per token (" + std::to_string(n) + ")");
+}
+template <class S>
+void check_per_response(const S& s, index_t r, const char* name, bool required, const char* required_by) {
+  if (s.empty()) {
+    if (required && r > 0) fail(name, std::string("is required by ") + required_by);
+    return;
+  }
+  if (s.size() != r)
+    fail(name, "has " + std::to_string(s.size()) + " entries, expected one per response (" + std::to_string(r) + ")");
+}
+
+template <class T>
+void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normalisers& n, bool needs_rewards,
+                    bool needs_advantages, bool needs_ref, bool needs_entropy, bool needs_response_weights,
+                    bool entropy_gradient) {
+  const token_layout& L = b.layout;
+  const index_t N = b.logp.size();
+  if (L.kind == layout_kind::padded) {
+    require(L.responses >= 0, "batch.layout.responses", "must be >= 0");
+    require(L.max_length >= 0, "batch.layout.max_length", "must be >= 0");
+    require(L.responses * L.max_length == N, "batch.logp",
+            "has " + std::to_string(N) + " entries but the padded layout is " + std::to_string(L.responses) + " x " +
+                std::to_string(L.max_length));
+  } else {
+    require(L.offsets.size() >= 1, "batch.layout.offsets", "needs R + 1 entries (at least {0})");
+    require(L.responses == L.offsets.size() - 1, "batch.layout.responses", "must equal offsets.size() - 1");
+  }
+  require(N == 0 || b.logp.data() != nullptr, "batch.logp", "is required");
+  const index_t R = L.responses;
+  check_per_token(b.old_logp, N, "batch.old_logp");
+  check_per_token(b.ref_logp, N, "batch.ref_logp");
+  check_per_token(b.entropy, N, "batch.entropy");
+  check_per_token(b.mask, N, "batch.mask");
+  check_per_token(b.token_weights, N, "batch.token_weights");
+  if (needs_ref && b.ref_logp.empty() && N > 0) fail("batch.ref_logp", "is required by the KL term");
+  if (needs_entropy && b.entropy.empty() && N > 0)
+    fail("batch.entropy", "is required by the token selector, the entropy-split clip or the entropy bonus");
+  check_per_response(b.rewards, R, "batch.rewards", needs_rewards, "the advantage estimator");
+  check_per_response(b.advantages, R, "batch.advantages", needs_advantages, "reco::given_advantage");
+  check_per_response(b.response_weights, R, "batch.response_weights", needs_response_weights,
+                     "reco::caller_weight");
+  require(b.group_offsets.size() >= 1, "batch.group_offsets", "needs P + 1 entries (at least {0})");
+  require(g.logp.size() == N, "grads.logp",
+          "has " + std::to_string(g.logp.size()) + " entries, expected one per token (" + std::to_string(N) + ")");
+  if (entropy_gradient)
+    require(g.entropy.size() == N, "grads.entropy", "is required (one per token) when an entropy term is on");
+  else
+    check_per_token(g.entropy, N, "grads.entropy");
+  require(n.tokens >= 0 && n.responses >= 0 && n.kept_tokens >= 0 && n.kept_responses >= 0, "normalisers",
+          "counts must be >= 0 (0 = count locally)");
+}
+
+// Offsets in host memory: checked eagerly with the position of the first bad entry.
+template <class T>
+void validate_offsets_host(const batch_view<T>& b) {
+  const index_t N = b.logp.size();
+  if (b.layout.kind == layout_kind::packed) {
+    const auto& o = b.layout.offsets;
+    require(o[0] == 0, "batch.layout.offsets", "offsets[0] must be 0, got " + std::to_string(o[0]));
+    for (index_t i = 1; i < o.size(); ++i)
+      if (o[i] < o[i - 1])
+        fail("batch.layout.offsets", "offsets must not decrease: offsets[" + std::to_string(i) + "] = " +
+                                         std::to_string(o[i]) + " < offsets[" + std::to_string(i - 1) +
+                                         "] = " + std::to_string(o[i - 1]));
+    require(o[o.size() - 1] == N, "batch.layout.offsets",
+            "the last offset must equal the number of tokens (" + std::to_string(N) + "), got " +
+                std::to_string(o[o.size() - 1]));
+  }
+  const auto& go = b.group_offsets;
+  const index_t R = b.layout.responses;
+  require(go[0] == 0, "batch.group_offsets", "group_offsets[0] must be 0, got " + std::to_string(go[0]));
+  for (index_t g = 1; g < go.size(); ++g)
+    if (go[g] < go[g - 1])
+      fail("batch.group_offsets", "offsets must not decrease: group_offsets[" + std::to_string(g) + "] = " +
+                                      std::to_string(go[g]) + " < group_offsets[" + std::to_string(g - 1) +
+                                      "] = " + std::to_string(go[g - 1]));
+  require(go[go.size() - 1] == R, "batch.group_offsets",
+          "the last offset must equal the number of responses (" + std::to_string(R) + "), got " +
+              std::to_string(go[go.size() - 1]));
+}
+
+}  // namespace detail
+RECO_NAMESPACE_END

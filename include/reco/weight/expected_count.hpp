@@ -1,0 +1,45 @@
+// ReCo's expected-occurrence weight  w_i = 1 / (G_g * pbar_old(o_i)),  pbar_old the geometric-mean
+// token probability of the response under the sampling policy, computed in log space:
+//   log w_i = -log G_g - mean_t old_logp_it.
+// The weight carries no gradient, is capped at w_max = 10 (paper; cap <= 0 disables it), and may
+// then be normalised to mean 1 within the group or the batch (documented options; default none).
+// An empty response gets weight 0.
+#pragma once
+
+#include <cmath>
+
+#include <string>
+
+#include "reco/weight/common.hpp"
+#include "reco/validate.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+struct expected_count_weight {
+  using role = roles::response_weighter;
+  struct params_type {
+    double cap = 10.0;  // w_max; <= 0 disables the cap (the paper's "no clipping" ablation)
+    weight_normalisation normalise = weight_normalisation::none;
+  };
+  params_type params{};
+
+  // Throws reco::error naming the first parameter out of range.
+  void validate(const std::string& name) const {
+    using detail::check_param;
+    using detail::finite_param;
+    check_param(!(params.cap != params.cap), name, "cap", "must not be NaN (<= 0 disables the cap)");
+  }
+
+  static constexpr bool needs_old_logp_mean = true;
+  static constexpr bool reads_response_weights = false;
+  static constexpr bool is_uniform = false;
+
+  RECO_HOST_DEVICE double raw(const response_context& r) const {
+    if (r.length == 0 || r.group_size == 0) return 0.0;
+    return ::exp(-::log(static_cast<double>(r.group_size)) - r.mean_old_logp);
+  }
+  RECO_HOST_DEVICE double cap() const { return params.cap; }
+  RECO_HOST_DEVICE weight_normalisation normalisation() const { return params.normalise; }
+};
+
+RECO_NAMESPACE_END
