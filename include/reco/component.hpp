@@ -76,6 +76,12 @@ struct surrogate_value {
   bool dual = false;
 };
 
+// A KL estimator at one token: its value and d value / d logp.
+struct kl_value {
+  double value = 0;
+  double grad = 0;
+};
+
 // One response as a response weighter sees it.
 struct response_context {
   index_t group_size = 0;      // G_g

@@ -19,6 +19,7 @@
 
 #include "reco/algorithm/run_objective.hpp"
 #include "reco/backend/workspace.hpp"
+#include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/clip/no_clip.hpp"
 #include "reco/concepts.hpp"

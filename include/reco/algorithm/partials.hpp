@@ -70,8 +70,10 @@ struct response_partial {
   double weight_min = huge_value;
   double weight_max = -huge_value;
   double cap_hits = 0;
+  moments adv{};  // final advantages weighted by |o_i| (token-weighted statistics)
   RECO_HOST_DEVICE static response_partial merge(const response_partial& a, const response_partial& b) {
     response_partial r;
+    r.adv = moments::merge(a.adv, b.adv);
     r.kept_tokens = a.kept_tokens + b.kept_tokens;
     r.kept_nonempty = a.kept_nonempty + b.kept_nonempty;
     r.weight_count = a.weight_count + b.weight_count;
@@ -99,7 +101,6 @@ struct token_partial {
   double clipped = 0, clip_low = 0, clip_high = 0, dual = 0;
   double ppo_kl = 0, ratio_sum = 0, ratio_min = huge_value, ratio_max = -huge_value;
   double kl_sum = 0, entropy_sum = 0, entropy_kept_sum = 0;
-  double adv_sum = 0, adv_sq_sum = 0;
   double var_sum[3] = {0, 0, 0};
   double var_count[3] = {0, 0, 0};
 
@@ -121,8 +122,6 @@ struct token_partial {
     r.kl_sum = a.kl_sum + b.kl_sum;
     r.entropy_sum = a.entropy_sum + b.entropy_sum;
     r.entropy_kept_sum = a.entropy_kept_sum + b.entropy_kept_sum;
-    r.adv_sum = a.adv_sum + b.adv_sum;
-    r.adv_sq_sum = a.adv_sq_sum + b.adv_sq_sum;
     for (int k = 0; k < 3; ++k) {
       r.var_sum[k] = a.var_sum[k] + b.var_sum[k];
       r.var_count[k] = a.var_count[k] + b.var_count[k];
@@ -152,6 +151,11 @@ struct objective_scalars {
   entropy_cut cut{};
   cut_partial cut_counts{};
   std::uint32_t status = 0;
+};
+
+struct init_scalars_fn {
+  objective_scalars* s;
+  RECO_HOST_DEVICE void operator()(index_t) const { *s = objective_scalars{}; }
 };
 
 }  // namespace detail

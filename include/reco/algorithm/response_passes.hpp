@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "reco/algorithm/partials.hpp"
+#include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
@@ -307,6 +308,7 @@ struct response_partial_fn {
       p.weight_max = w;
       p.cap_hits = r.capped[i];
     }
+    p.adv = moments::of(r.adv[i], static_cast<double>(r.length[i]));
     return p;
   }
 };

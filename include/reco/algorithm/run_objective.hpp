@@ -14,16 +14,12 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/workspace.hpp"
+#include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/result.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
-
-struct init_scalars_fn {
-  objective_scalars* s;
-  RECO_HOST_DEVICE void operator()(index_t) const { *s = objective_scalars{}; }
-};
 
 template <class T>
 struct fill_entropy_keys_fn {
@@ -65,7 +61,7 @@ struct objective_scratch {
     if constexpr (Obj::selector_type::active) {
       r.kept = c.take<index_t>(R);
       kept = c.take<std::uint8_t>(N);
-      tie_rank = c.take<index_t>(N);
+      tie_rank = c.take<index_t>(N + 1);
     }
     if constexpr (Obj::selector_type::active || Obj::clip_type::needs_entropy_quantile) keys = c.take<double>(N);
     if constexpr (Obj::ratio_type::scope == ratio_scope::sequence) r.seq_log = c.take<double>(R);

@@ -27,6 +27,14 @@ struct count_valid_fn {
   const std::uint8_t* mask;
   RECO_HOST_DEVICE double operator()(index_t t) const { return (mask == nullptr || mask[t] != 0) ? 1.0 : 0.0; }
 };
+template <class T>
+struct count_nonfinite_fn {
+  const T* values;
+  const std::uint8_t* mask;
+  RECO_HOST_DEVICE double operator()(index_t t) const {
+    return (mask == nullptr || mask[t] != 0) && !finite(static_cast<double>(values[t])) ? 1.0 : 0.0;
+  }
+};
 struct sum_fn {
   RECO_HOST_DEVICE double operator()(double a, double b) const { return a + b; }
 };
@@ -112,6 +120,11 @@ struct tie_flags_fn {
   }
 };
 
+struct flag_value_fn {
+  const std::uint8_t* flags;
+  RECO_HOST_DEVICE index_t operator()(index_t t) const { return flags[t] != 0 ? 1 : 0; }
+};
+
 template <class T>
 struct kept_fn {
   const T* values;
@@ -187,7 +200,7 @@ void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, ind
   }
   if (need_ranks) {
     be.for_each(n, tie_flags_fn<T>{values, mask, s, kept});
-    be.exclusive_count(kept, n, tie_rank);
+    be.exclusive_scan(n, flag_value_fn{kept}, tie_rank);
   }
   be.for_each(n, kept_fn<T>{values, mask, s, need_ranks ? tie_rank : nullptr, kept});
 }

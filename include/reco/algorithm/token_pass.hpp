@@ -113,8 +113,6 @@ struct token_fn {
       if (grad_entropy) grad_entropy[t] = T(0);
     }
     p.entropy_sum = c.entropy;
-    p.adv_sum = c.advantage;
-    p.adv_sq_sum = c.advantage * c.advantage;
     // Token variance p(1 - p) by thirds of the response's valid span.
     const index_t first = r.first[i], span_len = r.last[i] - first + 1;
     int third = static_cast<int>((3 * (t - first)) / span_len);
@@ -162,9 +160,8 @@ struct result_fn {
     d.weight_cap_hits = static_cast<index_t>(rp.cap_hits);
     const double groups = static_cast<double>(group_count);
     d.zero_std_group_frac = reads_rewards ? ratio(s->groups.zero_std, groups) : 0.0;
-    d.advantage_mean = ratio(t.adv_sum, t.valid);
-    const double var = ratio(t.adv_sq_sum, t.valid) - d.advantage_mean * d.advantage_mean;
-    d.advantage_std = var > 0 ? ::sqrt(var) : 0.0;
+    d.advantage_mean = rp.adv.weight > 0 ? rp.adv.mean : 0.0;
+    d.advantage_std = ::sqrt(rp.adv.variance_biased());
     for (int k = 0; k < 3; ++k) d.token_variance[k] = ratio(t.var_sum[k], t.var_count[k]);
     d.valid_tokens = static_cast<index_t>(t.valid);
     d.policy_tokens = static_cast<index_t>(t.policy_tokens);

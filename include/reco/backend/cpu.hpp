@@ -106,13 +106,15 @@ struct cpu {
     for_each(layout.responses, [=](index_t i) { std::sort(keys + layout.begin(i), keys + layout.end(i)); });
   }
 
-  // out[t] = number of nonzero flags before t.
-  void exclusive_count(const std::uint8_t* flags, index_t n, index_t* out) const {
+  // out[j] = f(0) + ... + f(j - 1) for j in [0, n]: out has n + 1 entries, the last the total.
+  template <class F>
+  void exclusive_scan(index_t n, F f, index_t* out) const {
     index_t run = 0;
-    for (index_t t = 0; t < n; ++t) {
-      out[t] = run;
-      run += flags[t] != 0;
+    for (index_t j = 0; j < n; ++j) {
+      out[j] = run;
+      run += f(j);
     }
+    out[n] = run;
   }
 
   void* allocate(std::size_t bytes) const {

@@ -60,8 +60,12 @@ struct layout_end_fn {
   token_layout layout;
   RECO_HOST_DEVICE index_t operator()(index_t i) const { return layout.end(i); }
 };
-struct flag_to_count_fn {
-  RECO_HOST_DEVICE index_t operator()(std::uint8_t f) const { return f != 0 ? 1 : 0; }
+// f(j) for j < n and 0 at j == n.
+template <class F>
+struct padded_fn {
+  F f;
+  index_t n;
+  RECO_HOST_DEVICE index_t operator()(index_t j) const { return j < n ? static_cast<index_t>(f(j)) : index_t(0); }
 };
 
 }  // namespace detail
@@ -161,12 +165,15 @@ struct cuda {
                          "copy");
   }
 
-  void exclusive_count(const std::uint8_t* flags, index_t n, index_t* out) const {
-    auto in = thrust::make_transform_iterator(flags, detail::flag_to_count_fn{});
+  // out[j] = f(0) + ... + f(j - 1) for j in [0, n]: out has n + 1 entries, the last the total.
+  template <class F>
+  void exclusive_scan(index_t n, F f, index_t* out) const {
+    // Scanning n + 1 items whose last is 0 leaves the total in out[n].
+    auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0), detail::padded_fn<F>{f, n});
     std::size_t bytes = 0;
-    detail::cuda_check(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n, stream), "scan");
+    detail::cuda_check(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n + 1, stream), "scan");
     void* tmp = temp(0, bytes);
-    detail::cuda_check(cub::DeviceScan::ExclusiveSum(tmp, bytes, in, out, n, stream), "scan");
+    detail::cuda_check(cub::DeviceScan::ExclusiveSum(tmp, bytes, in, out, n + 1, stream), "scan");
   }
 
   template <class T>

@@ -19,11 +19,6 @@ RECO_NAMESPACE_BEGIN
 
 enum class kl_estimator : std::uint8_t { k1, abs, k2, k3 };
 
-struct kl_value {
-  double value = 0;
-  double grad = 0;  // d value / d logp
-};
-
 struct kl_penalty {
   using role = roles::kl_term;
   struct params_type {

@@ -41,7 +41,7 @@ struct cispo_ratio {
     s.x = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
     const double lo = 1.0 - params.eps_low, hi = 1.0 + params.eps_high;
     const double w = s.x < lo ? lo : (s.x > hi ? hi : s.x);
-    s.clipped = s.x < lo || s.x > hi;
+    s.clipped = (s.x < lo || s.x > hi) && c.advantage != 0;
     s.loss = -w * c.advantage * c.logp;
     s.grad = -w * c.advantage;
     return s;

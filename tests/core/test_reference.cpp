@@ -1,0 +1,61 @@
+// Every preset against the independent reference (loss, gradients, diagnostics on 24 ragged
+// batches, float and double), plus central finite differences in double.
+#include <gtest/gtest.h>
+
+#include "core/compare.hpp"
+#include "reco/presets.hpp"
+
+namespace {
+
+using namespace reco_test;
+
+template <class Obj>
+void check_preset(const std::string& name, std::uint64_t seed) {
+  Obj obj;
+  const reco_ref::config cfg = reco_ref::preset(name);
+  check_against_reference(obj, cfg, name, seed);
+  for (std::uint64_t k = 0; k < 4; ++k) check_finite_differences(obj, cfg, name, seed + 500 + k);
+}
+
+TEST(Presets, Grpo) { check_preset<reco::presets::grpo>("grpo", 1); }
+TEST(Presets, DrGrpo) { check_preset<reco::presets::dr_grpo>("dr_grpo", 2); }
+TEST(Presets, Dapo) { check_preset<reco::presets::dapo>("dapo", 3); }
+TEST(Presets, Gspo) { check_preset<reco::presets::gspo>("gspo", 4); }
+TEST(Presets, Cispo) { check_preset<reco::presets::cispo>("cispo", 5); }
+TEST(Presets, Aspo) { check_preset<reco::presets::aspo>("aspo", 6); }
+TEST(Presets, Reco) { check_preset<reco::presets::reco>("reco", 7); }
+TEST(Presets, RecoNoCap) { check_preset<reco::presets::reco_no_cap>("reco_no_cap", 8); }
+TEST(Presets, RecoResponseOnly) { check_preset<reco::presets::reco_response_only>("reco_response_only", 9); }
+TEST(Presets, RecoTokenOnly) { check_preset<reco::presets::reco_token_only>("reco_token_only", 10); }
+TEST(Presets, DapoReco) { check_preset<reco::presets::dapo_reco>("dapo_reco", 11); }
+TEST(Presets, Rule8020) { check_preset<reco::presets::rule_80_20>("rule_80_20", 12); }
+TEST(Presets, Rule8020Reco) { check_preset<reco::presets::rule_80_20_reco>("rule_80_20_reco", 13); }
+
+// The preset constants themselves (docs/presets.md lists them with their sources).
+TEST(Presets, Constants) {
+  reco::presets::grpo grpo;
+  EXPECT_EQ(grpo.clip.params.eps_low, 0.2);
+  EXPECT_EQ(grpo.clip.params.eps_high, 0.2);
+  EXPECT_EQ(grpo.clip.params.dual_clip, reco::dual_clip_mode::hard);
+  EXPECT_EQ(grpo.clip.params.dual_clip_c, 3.0);
+  EXPECT_EQ(grpo.kl.params.beta, 0.001);
+  EXPECT_EQ(grpo.kl.params.estimator, reco::kl_estimator::k3);
+  EXPECT_EQ(grpo.advantage.params.eps, 1e-6);
+  reco::presets::dapo dapo;
+  EXPECT_EQ(dapo.clip.params.eps_high, 0.28);
+  EXPECT_EQ(dapo.clip.params.dual_clip_c, 10.0);
+  reco::presets::gspo gspo;
+  EXPECT_EQ(gspo.clip.params.eps_low, 3e-4);
+  EXPECT_EQ(gspo.clip.params.eps_high, 4e-4);
+  reco::presets::aspo aspo;
+  EXPECT_EQ(aspo.clip.params.dual_clip, reco::dual_clip_mode::soft);
+  reco::presets::reco r;
+  EXPECT_EQ(r.weight.params.cap, 10.0);
+  EXPECT_EQ(r.ratio.params.variance_floor, 1e-12);
+  reco::presets::rule_80_20 rule;
+  EXPECT_EQ(rule.select.params.rho, 0.2);
+  EXPECT_EQ(rule.select.params.rule, reco::selection_rule::top_k);
+  EXPECT_EQ(rule.select.params.denominator, reco::selection_denominator::valid);
+}
+
+}  // namespace
