@@ -141,15 +141,14 @@ struct group_fn {
 
     using adv_t = typename Obj::advantage_type;
     const T* input = adv_t::input == advantage_input::rewards ? b.rewards : b.advantages;
-    std::uint8_t zero_std = 0;
+    // "All rewards equal" holds vacuously for an empty group and trivially for a singleton.
+    std::uint8_t zero_std = adv_t::input == advantage_input::rewards ? 1 : 0;
     if (size > 0) {
       group_input<T> gi{size, input + lo, r.length + lo};
       obj.advantage.group(gi, r.adv + lo, st);
-      if (adv_t::input == advantage_input::rewards) {
-        zero_std = 1;
+      if (adv_t::input == advantage_input::rewards)
         for (index_t j = lo + 1; j < hi; ++j)
           if (static_cast<double>(b.rewards[j]) != static_cast<double>(b.rewards[lo])) zero_std = 0;
-      }
     }
 
     const double cap = obj.weight.cap();

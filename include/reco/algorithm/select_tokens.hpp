@@ -170,7 +170,10 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
                  const top_entropy_selection::params_type& p, const double* population, double* keys,
                  objective_scalars* s) {
   if (p.use_given) {
-    be.for_each(1, set_cut_fn{s, p.given});
+    // The quantile rule keeps every tie, whatever tie budget the given cut carries.
+    entropy_cut given = p.given;
+    if (p.rule == selection_rule::quantile) given.ties = -1;
+    be.for_each(1, set_cut_fn{s, given});
     return;
   }
   be.for_each(n, fill_keys_fn<T>{values, mask, keys});

@@ -1,0 +1,15 @@
+// Control for the compile-fail tests: a well-formed objective compiles without a diagnostic.
+#include "reco/advantage/grpo.hpp"
+#include "reco/aggregate/token_mean.hpp"
+#include "reco/clip/ppo_clip.hpp"
+#include "reco/kl/kl_penalty.hpp"
+#include "reco/objective.hpp"
+#include "reco/ratio/variance.hpp"
+#include "reco/weight/expected_count.hpp"
+
+int main() {
+  reco::objective<reco::grpo_advantage, reco::variance_ratio, reco::ppo_clip, reco::expected_count_weight,
+                  reco::token_mean, reco::kl_penalty>
+      o;
+  (void)o;
+}

@@ -1,0 +1,1038 @@
+// Independent reference implementation; see reco_ref.hpp. Sources: docs/conventions.md (binding)
+// and the spec's §2-§8, §10-§13. Section names in the comments refer to the conventions page.
+//
+// Places where the definitions leave room carry a "READING:" comment with the choice made.
+
+#include "reco_ref.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace reco_ref {
+namespace {
+
+using i64 = std::int64_t;
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("reco_ref: " + what);
+}
+
+std::size_t at(i64 index) { return static_cast<std::size_t>(index); }
+
+// Compensated (Neumaier) sum. Used for the three loss parts only: the finite-difference checks
+// divide a loss difference by 2h = 2e-6, so the loss must be accurate to about one ulp, and a
+// plain running sum over a few hundred terms loses more than that.
+class loss_sum {
+ public:
+  void add(double x) {
+    const double t = s_ + x;
+    if (std::fabs(s_) >= std::fabs(x)) {
+      c_ += (s_ - t) + x;
+    } else {
+      c_ += (x - t) + s_;
+    }
+    s_ = t;
+  }
+  double value() const { return s_ + c_; }
+
+ private:
+  double s_ = 0, c_ = 0;
+};
+
+double mean_of(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+// Unbiased (n - 1) standard deviation; 0 for fewer than two values.
+double unbiased_std(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean_of(v);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+// Linear-interpolation quantile: sorted ascending v, pos = q (n - 1),
+// v[floor(pos)] + (pos - floor(pos)) (v[floor(pos) + 1] - v[floor(pos)]).
+// READING: q outside [0, 1] (e.g. rho > 1 gives q = 1 - rho < 0) is clamped into [0, 1].
+double linear_quantile(std::vector<double> v, double q) {
+  require(!v.empty(), "quantile of an empty set");
+  std::sort(v.begin(), v.end());
+  q = std::min(std::max(q, 0.0), 1.0);
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const double lo = std::floor(pos);
+  const std::size_t k = static_cast<std::size_t>(lo);
+  if (k + 1 >= v.size()) return v[v.size() - 1];
+  return v[k] + (pos - lo) * (v[k + 1] - v[k]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch layout: validity, |o_i|, groups.
+// ---------------------------------------------------------------------------------------------
+
+struct layout {
+  i64 R = 0, N = 0, P = 0;
+  std::vector<std::uint8_t> valid;  // per token: in its response's range and mask != 0
+  std::vector<i64> length;          // per response: |o_i|
+  std::vector<i64> group_of;        // per response
+  std::vector<i64> group_size;      // per group: G_g, empty responses included
+};
+
+bool is_self_contained(ratio r) {
+  return r == ratio::reinforce || r == ratio::cispo || r == ratio::sapo;
+}
+
+layout describe(const batch& b, const config& c) {
+  layout lay;
+  require(b.token_begin.size() == b.token_end.size(), "token_begin and token_end differ in size");
+  require(b.num_tokens >= 0, "num_tokens < 0");
+  lay.R = static_cast<i64>(b.token_begin.size());
+  lay.N = b.num_tokens;
+  const std::size_t N = at(lay.N), R = at(lay.R);
+
+  require(b.logp.size() == N, "logp must have num_tokens entries");
+  require(b.old_logp.size() == N, "old_logp must have num_tokens entries");
+  require(b.ref_logp.empty() || b.ref_logp.size() == N, "ref_logp must be empty or have N entries");
+  require(b.entropy.empty() || b.entropy.size() == N, "entropy must be empty or have N entries");
+  require(b.mask.empty() || b.mask.size() == N, "mask must be empty or have N entries");
+  require(b.token_weights.empty() || b.token_weights.size() == N,
+          "token_weights must be empty or have N entries");
+  if (c.adv == advantage::given) {
+    require(b.advantages.size() == R, "advantage::given needs batch.advantages (R entries)");
+    require(b.rewards.empty() || b.rewards.size() == R, "rewards must be empty or have R entries");
+  } else {
+    require(b.rewards.size() == R, "rewards must have R entries");
+  }
+  if (c.weight_mode == weight::caller) {
+    require(b.response_weights.size() == R, "weight::caller needs batch.response_weights");
+  }
+  if (c.kl_mode != kl::none) require(b.ref_logp.size() == N, "a KL term needs batch.ref_logp");
+  if (c.entropy_bonus) require(b.entropy.size() == N, "the entropy bonus needs batch.entropy");
+  if (c.select != selection::all) require(b.entropy.size() == N, "token selection needs batch.entropy");
+  if (c.clip_mode == clip::entropy_split) {
+    require(b.entropy.size() == N, "entropy_split clipping needs batch.entropy");
+  }
+  // READING: the conventions say the self-contained surrogates "must be composed with no_clip";
+  // the reference refuses any other clip mode instead of guessing what it would mean.
+  if (is_self_contained(c.ratio_form)) {
+    require(c.clip_mode == clip::none, "reinforce / cispo / sapo ratios must use clip::none");
+  }
+
+  require(!b.group_offsets.empty(), "group_offsets needs P + 1 entries");
+  require(b.group_offsets.front() == 0, "group_offsets must start at 0");
+  require(b.group_offsets.back() == lay.R, "group_offsets must end at R");
+  lay.P = static_cast<i64>(b.group_offsets.size()) - 1;
+  lay.group_of.assign(R, -1);
+  lay.group_size.assign(at(lay.P), 0);
+  for (i64 g = 0; g < lay.P; ++g) {
+    const i64 first = b.group_offsets[at(g)], last = b.group_offsets[at(g + 1)];
+    require(first <= last, "group_offsets must be non-decreasing");
+    lay.group_size[at(g)] = last - first;
+    for (i64 i = first; i < last; ++i) lay.group_of[at(i)] = g;
+  }
+
+  lay.valid.assign(N, 0);
+  lay.length.assign(R, 0);
+  std::vector<std::uint8_t> owned(N, 0);
+  for (i64 i = 0; i < lay.R; ++i) {
+    const i64 begin = b.token_begin[at(i)], end = b.token_end[at(i)];
+    require(0 <= begin && begin <= end && end <= lay.N, "token range outside [0, num_tokens]");
+    for (i64 t = begin; t < end; ++t) {
+      require(owned[at(t)] == 0, "token ranges overlap");
+      owned[at(t)] = 1;
+      const bool valid = b.mask.empty() || b.mask[at(t)] != 0;
+      if (valid) {
+        lay.valid[at(t)] = 1;
+        lay.length[at(i)] += 1;
+      }
+    }
+  }
+  return lay;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Advantages (conventions "Advantages"). A group stage per group, then a batch stage for the
+// estimators that have one (batch_std, reinforce_pp, gpg).
+// ---------------------------------------------------------------------------------------------
+
+// The group-stage value of a singleton group's response.
+double singleton_value(double s, bool divides_by_std, const config& c) {
+  if (c.singleton_policy == singleton::zero) return 0;
+  return divides_by_std ? s / (1 + c.adv_eps) : s;
+}
+
+std::vector<double> group_rewards(const batch& b, i64 g) {
+  return std::vector<double>(b.rewards.begin() + b.group_offsets[at(g)],
+                             b.rewards.begin() + b.group_offsets[at(g + 1)]);
+}
+
+std::vector<double> advantages_of(const batch& b, const config& c, const layout& lay) {
+  if (c.adv == advantage::given) return b.advantages;
+
+  // Group stage.
+  std::vector<double> a(at(lay.R), 0.0);
+  for (i64 g = 0; g < lay.P; ++g) {
+    const i64 first = b.group_offsets[at(g)], last = b.group_offsets[at(g + 1)];
+    const i64 G = last - first;
+    if (G == 0) continue;
+    const std::vector<double> s = group_rewards(b, g);
+    const double mean = mean_of(s);
+    const double sd = unbiased_std(s);
+
+    if (G == 1) {
+      const bool divides = (c.adv == advantage::grpo || c.adv == advantage::pass_at_k) && c.scale_by_std;
+      a[at(first)] = singleton_value(b.rewards[at(first)], divides, c);
+      continue;
+    }
+
+    switch (c.adv) {
+      case advantage::grpo:
+        for (i64 i = first; i < last; ++i) {
+          const double si = b.rewards[at(i)];
+          a[at(i)] = c.scale_by_std ? (si - mean) / (sd + c.adv_eps) : si - mean;
+        }
+        break;
+      case advantage::dr_grpo:
+      case advantage::batch_std:     // divided by the batch std below
+      case advantage::reinforce_pp:  // whitened below
+      case advantage::gpg:           // scaled by alpha below
+        for (i64 i = first; i < last; ++i) a[at(i)] = b.rewards[at(i)] - mean;
+        break;
+      case advantage::rloo:
+        for (i64 i = first; i < last; ++i) {
+          a[at(i)] = static_cast<double>(G) / static_cast<double>(G - 1) * (b.rewards[at(i)] - mean);
+        }
+        break;
+      case advantage::opo: {
+        // Length-weighted baseline; the plain mean when the group has no valid token.
+        double num = 0, den = 0;
+        for (i64 i = first; i < last; ++i) {
+          num += static_cast<double>(lay.length[at(i)]) * b.rewards[at(i)];
+          den += static_cast<double>(lay.length[at(i)]);
+        }
+        const double baseline = den > 0 ? num / den : mean;
+        for (i64 i = first; i < last; ++i) a[at(i)] = b.rewards[at(i)] - baseline;
+        break;
+      }
+      case advantage::pass_at_k: {
+        i64 best = first;  // first index of the maximum reward
+        for (i64 i = first + 1; i < last; ++i) {
+          if (b.rewards[at(i)] > b.rewards[at(best)]) best = i;
+        }
+        bool have_second = false;
+        double second = 0;  // maximum of the others
+        for (i64 i = first; i < last; ++i) {
+          if (i == best) continue;
+          if (!have_second || b.rewards[at(i)] > second) second = b.rewards[at(i)];
+          have_second = true;
+        }
+        for (i64 i = first; i < last; ++i) a[at(i)] = 0;
+        const double gap = b.rewards[at(best)] - second;
+        a[at(best)] = c.scale_by_std ? gap / (sd + c.adv_eps) : gap;
+        break;
+      }
+      case advantage::given:
+        break;
+    }
+  }
+
+  // Batch stage.
+  std::vector<double> A = a;
+  switch (c.adv) {
+    case advantage::batch_std: {
+      // READING: the singleton's group-stage value (0, or s_i under raw_score) is divided by the
+      // batch std like every other response's s_i - mean_g (verl's mean 0 / std 1 substitution
+      // replaces the group std only, and batch_std does not use the group std).
+      const double sd_batch = unbiased_std(b.rewards);
+      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = a[at(i)] / (sd_batch + c.adv_eps);
+      break;
+    }
+    case advantage::reinforce_pp: {
+      // Whitening over all valid tokens of the batch (each token carries a_i).
+      double tokens = 0, weighted = 0;
+      for (i64 i = 0; i < lay.R; ++i) {
+        tokens += static_cast<double>(lay.length[at(i)]);
+        weighted += static_cast<double>(lay.length[at(i)]) * a[at(i)];
+      }
+      // READING: with no valid token at all, mu = 0 (the definition divides 0 by 0).
+      const double mu = tokens > 0 ? weighted / tokens : 0;
+      double ss = 0;
+      for (i64 i = 0; i < lay.R; ++i) {
+        ss += static_cast<double>(lay.length[at(i)]) * (a[at(i)] - mu) * (a[at(i)] - mu);
+      }
+      const double divisor = c.whiten_unbiased ? tokens - 1 : tokens;
+      const double var = divisor > 0 ? ss / divisor : 0;
+      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = (a[at(i)] - mu) / std::sqrt(var + c.whiten_eps);
+      break;
+    }
+    case advantage::gpg: {
+      i64 nonzero = 0;
+      for (double s : b.rewards) nonzero += (s != 0) ? 1 : 0;
+      const double alpha = static_cast<double>(lay.R) / static_cast<double>(std::max<i64>(nonzero, 1));
+      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = alpha * a[at(i)];
+      break;
+    }
+    default:
+      break;
+  }
+  return A;
+}
+
+// Groups whose rewards are all equal (singletons included) / P; 0 for `given`.
+// READING: an empty group (two equal offsets) counts as all-equal (vacuously true).
+double zero_std_group_frac_of(const batch& b, const config& c, const layout& lay) {
+  if (c.adv == advantage::given || lay.P == 0) return 0;
+  i64 equal = 0;
+  for (i64 g = 0; g < lay.P; ++g) {
+    const std::vector<double> s = group_rewards(b, g);
+    bool all_equal = true;
+    for (double x : s) all_equal = all_equal && (x == s.front());
+    equal += all_equal ? 1 : 0;
+  }
+  return static_cast<double>(equal) / static_cast<double>(lay.P);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response weights (conventions "Response weights").
+// ---------------------------------------------------------------------------------------------
+
+std::vector<double> weights_of(const batch& b, const config& c, const layout& lay, i64& cap_hits) {
+  cap_hits = 0;
+  std::vector<double> w(at(lay.R), 1.0);
+  // READING: uniform weights are 1 for every response (empty ones too) and are neither capped
+  // nor normalised; cap and normalisation are described for expected_count and caller only.
+  if (c.weight_mode == weight::uniform) return w;
+
+  for (i64 i = 0; i < lay.R; ++i) {
+    if (lay.length[at(i)] == 0) {
+      w[at(i)] = 0;
+      continue;
+    }
+    if (c.weight_mode == weight::expected_count) {
+      // log w = -log G_g - mean_t old_logp over the valid tokens of i.
+      double sum_old = 0;
+      for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
+        if (lay.valid[at(t)]) sum_old += b.old_logp[at(t)];
+      }
+      const double mean_old = sum_old / static_cast<double>(lay.length[at(i)]);
+      const double G = static_cast<double>(lay.group_size[at(lay.group_of[at(i)])]);
+      w[at(i)] = std::exp(-std::log(G) - mean_old);
+    } else {
+      // READING: caller weights share config.weight_cap (default 10) with expected_count.
+      w[at(i)] = b.response_weights[at(i)];
+    }
+    if (c.weight_cap > 0 && w[at(i)] > c.weight_cap) {
+      w[at(i)] = c.weight_cap;
+      cap_hits += 1;
+    }
+  }
+
+  // Normalisation to mean 1 over the non-empty responses of a group / of the batch.
+  auto normalise = [&](i64 first, i64 last) {
+    double sum = 0;
+    i64 n = 0;
+    for (i64 i = first; i < last; ++i) {
+      if (lay.length[at(i)] == 0) continue;
+      sum += w[at(i)];
+      n += 1;
+    }
+    if (sum == 0) return;
+    const double scale = static_cast<double>(n) / sum;
+    for (i64 i = first; i < last; ++i) w[at(i)] *= scale;  // empty responses stay 0
+  };
+  if (c.weight_normalisation == weight_norm::group_mean) {
+    for (i64 g = 0; g < lay.P; ++g) normalise(b.group_offsets[at(g)], b.group_offsets[at(g + 1)]);
+  } else if (c.weight_normalisation == weight_norm::batch_mean) {
+    normalise(0, lay.R);
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token selection (conventions "Token selection"): 1 = policy token.
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::uint8_t> kept_of(const batch& b, const config& c, const layout& lay) {
+  std::vector<std::uint8_t> kept = lay.valid;
+  if (c.select == selection::all) return kept;
+
+  // Population: the valid tokens, in flat position order.
+  std::vector<i64> population;
+  for (i64 t = 0; t < lay.N; ++t) {
+    if (lay.valid[at(t)]) population.push_back(t);
+  }
+  std::fill(kept.begin(), kept.end(), 0);
+  const i64 n = static_cast<i64>(population.size());
+
+  if (c.select == selection::top_k) {
+    double value = 0;
+    i64 ties_to_keep = 0;  // < 0: every tie
+    if (c.use_given_cut) {
+      // READING: a caller's cut keeps H > cut plus the first `given_ties` tokens with H == cut
+      // in position order (all of them when given_ties < 0).
+      value = c.given_cut;
+      ties_to_keep = c.given_ties;
+    } else {
+      if (n == 0) return kept;
+      i64 k = std::max<i64>(1, static_cast<i64>(std::ceil(c.rho * static_cast<double>(n) * (1 - 1e-12))));
+      k = std::min(k, n);  // READING: rho > 1 keeps every token
+      std::vector<double> h;
+      for (i64 t : population) h.push_back(b.entropy[at(t)]);
+      std::sort(h.begin(), h.end(), [](double x, double y) { return x > y; });
+      value = h[at(k - 1)];  // the k-th largest entropy
+      i64 above = 0;
+      for (i64 t : population) above += (b.entropy[at(t)] > value) ? 1 : 0;
+      ties_to_keep = k - above;
+    }
+    i64 ties_kept = 0;
+    for (i64 t : population) {
+      const double H = b.entropy[at(t)];
+      if (H > value) {
+        kept[at(t)] = 1;
+      } else if (H == value && (ties_to_keep < 0 || ties_kept < ties_to_keep)) {
+        kept[at(t)] = 1;
+        ties_kept += 1;
+      }
+    }
+    return kept;
+  }
+
+  // quantile: keep H >= the (1 - rho) linear-interpolation quantile (ties kept).
+  double value = 0;
+  if (c.use_given_cut) {
+    value = c.given_cut;  // READING: given_ties is not used by the quantile rule
+  } else {
+    if (n == 0) return kept;
+    std::vector<double> h;
+    for (i64 t : population) h.push_back(b.entropy[at(t)]);
+    value = linear_quantile(h, 1 - c.rho);
+  }
+  for (i64 t : population) {
+    if (b.entropy[at(t)] >= value) kept[at(t)] = 1;
+  }
+  return kept;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ratio forms and clipping for one token (conventions "Ratio forms", "Clipping").
+// ---------------------------------------------------------------------------------------------
+
+// clamp(l, -L, L); L <= 0 disables. `inside` tells whether -L <= l <= L.
+double clamp_log(double l, double L, bool& inside) {
+  if (L <= 0) {
+    inside = true;
+    return l;
+  }
+  inside = (-L <= l && l <= L);
+  return std::min(std::max(l, -L), L);
+}
+
+// logV(q) = max(q + log(-expm1(q)), log floor): log of p (1 - p) for p = exp(q), with
+// 1 - p = -expm1(q) so that p -> 1 keeps its precision; log(0) = -inf (and NaN) is floored too.
+double log_variance(double q, double floor_value, bool& floored) {
+  const double v = q + std::log(-std::expm1(q));
+  const double lf = std::log(floor_value);
+  floored = !(v > lf);
+  return floored ? lf : v;
+}
+
+double sign_of(double A) { return A > 0 ? 1.0 : (A < 0 ? -1.0 : 0.0); }
+
+// GMPO's sign-aware log-space clip: m = sgn(A) min(sgn(A) l, sgn(A) clamp(l, -eps_low, eps_high)).
+double gmpo_log(double l, double A, const config& c) {
+  const double s = sign_of(A);
+  const double clamped = std::min(std::max(l, -c.gmpo_eps_low), c.gmpo_eps_high);
+  return s * std::min(s * l, s * clamped);
+}
+
+bool gmpo_unclipped(double l, double A, const config& c) {
+  if (A > 0) return l <= c.gmpo_eps_high;
+  if (A < 0) return l >= -c.gmpo_eps_low;
+  return true;
+}
+
+struct token_in {
+  double A = 0;         // the response's advantage
+  double lp = 0;        // logp: the variable
+  double fz = 0;        // logp at which stop-gradient quantities are evaluated
+  double old = 0;       // old_logp
+  double seq_log = 0;   // GSPO: mean of (fz - old) over the response; GMPO: mean of m(fz - old)
+  double eps_low = 0;   // this token's clip range (entropy_split may widen it)
+  double eps_high = 0;
+};
+
+struct token_out {
+  double loss = 0;   // l_t
+  double grad = 0;   // d l_t / d logp_t
+  double shown = 0;  // the ratio reported in the diagnostics
+  bool clipped = false, dual = false;
+};
+
+token_out policy_token(const config& c, const token_in& in) {
+  token_out out;
+  const double A = in.A;
+  const double L = c.log_ratio_clamp;
+  bool r_inside = true;
+  const double r = std::exp(clamp_log(in.lp - in.old, L, r_inside));  // clamped token ratio
+
+  // Self-contained surrogates (no clip; the diagnostics show r).
+  if (c.ratio_form == ratio::reinforce) {
+    out.shown = r;
+    out.loss = -A * in.lp;
+    out.grad = -A;
+    return out;
+  }
+  if (c.ratio_form == ratio::cispo) {
+    bool unused = true;
+    const double r_frozen = std::exp(clamp_log(in.fz - in.old, L, unused));
+    const double lo = 1 - c.cispo_eps_low, hi = 1 + c.cispo_eps_high;
+    const double w_hat = std::min(std::max(r_frozen, lo), hi);  // sg(clip(r, lo, hi))
+    out.shown = r;
+    out.loss = -w_hat * A * in.lp;
+    out.grad = -A * w_hat;
+    out.clipped = (r_frozen < lo || r_frozen > hi) && A != 0;
+    return out;
+  }
+  if (c.ratio_form == ratio::sapo) {
+    const double tau = A > 0 ? c.sapo_tau_pos : c.sapo_tau_neg;
+    const double sigma = 1 / (1 + std::exp(-tau * (r - 1)));
+    out.shown = r;
+    out.loss = -sigma * (4 / tau) * A;
+    out.grad = r_inside ? -4 * A * sigma * (1 - sigma) * r : 0;
+    return out;
+  }
+
+  // Clip-based forms: the value x the clip sees, the gradient weight omega = dx/dlogp,
+  // whether the surrogate's value is reciprocal, whether the form itself marks the token clipped.
+  double x = 0, omega = 0, x_frozen = 1;
+  bool reciprocal = false, marked = false;
+  switch (c.ratio_form) {
+    case ratio::token:
+      x = r;
+      omega = r_inside ? r : 0;
+      break;
+    case ratio::sequence:
+      // exp(sg(s) + logp - sg(logp)) with the log value capped at seq_max_log.
+      // READING: seq_max_log is always applied (the "0 disables" rule is stated for L only).
+      if (in.seq_log <= c.seq_max_log) {
+        x = std::exp(in.seq_log + in.lp - in.fz);
+        omega = x;
+      } else {
+        x = std::exp(c.seq_max_log);
+        omega = 0;
+      }
+      break;
+    case ratio::variance: {
+      // p (1 - sg p) / (p_old (1 - p_old)) in log space: logp + log(1 - p_frozen) - logV(old).
+      // READING: where the floor decides logV at the frozen point the numerator is the floor (a
+      // constant), yet omega = x as the conventions state; random test data never gets there.
+      bool floored_f = false, floored_old = false;
+      const double logv_frozen = log_variance(in.fz, c.variance_floor, floored_f);
+      const double logv_old = log_variance(in.old, c.variance_floor, floored_old);
+      const double numerator = floored_f ? logv_frozen : in.lp + std::log(-std::expm1(in.fz));
+      bool inside = true;
+      x = std::exp(clamp_log(numerator - logv_old, L, inside));
+      omega = inside ? x : 0;
+      break;
+    }
+    case ratio::flipped:
+    case ratio::flipped_all:
+      if (c.ratio_form == ratio::flipped_all || A > 0) {
+        // Value -A rho / sg(rho)^2 = -A / rho; gradient weight 1 / r.
+        reciprocal = true;
+        bool unused = true;
+        x_frozen = std::exp(clamp_log(in.fz - in.old, L, unused));
+        x = r;
+        omega = r_inside ? r / (x_frozen * x_frozen) : 0;
+      } else {
+        x = r;
+        omega = r_inside ? r : 0;
+      }
+      break;
+    case ratio::gmpo: {
+      // exp(sg(mean m) + m_t - sg(m_t)): every token of the response shares the value.
+      const double m_live = gmpo_log(in.lp - in.old, A, c);
+      const double m_frozen = gmpo_log(in.fz - in.old, A, c);
+      x = std::exp(in.seq_log + m_live - m_frozen);
+      marked = !gmpo_unclipped(in.lp - in.old, A, c);
+      omega = marked ? 0 : x;
+      break;
+    }
+    case ratio::reinforce:
+    case ratio::cispo:
+    case ratio::sapo:
+      break;  // handled above
+  }
+  out.shown = x;
+  if (A == 0) return out;  // never clipped; loss and gradient 0
+
+  // READING: a token the ratio form marks (GMPO) counts as clipped under every clip mode; its
+  // value stays -A x (rho = x) and its gradient is 0.
+  double rho = x;
+  bool clipped = marked, ppo_clipped = false;
+  if (c.clip_mode != clip::none) {
+    if (A > 0 && x > 1 + in.eps_high) {
+      ppo_clipped = true;
+      rho = 1 + in.eps_high;
+    } else if (A < 0 && x < 1 - in.eps_low) {
+      ppo_clipped = true;
+      rho = 1 - in.eps_low;
+    }
+  }
+  clipped = clipped || ppo_clipped;
+  double S = rho;
+  if (reciprocal) S = ppo_clipped ? 1 / rho : rho / (x_frozen * x_frozen);
+
+  out.loss = -A * S;
+  out.grad = clipped ? 0 : -A * omega;
+  out.clipped = clipped;
+
+  // READING: the dual clip is part of ppo_clip (and entropy_split, "as ppo_clip"); with
+  // clip::none the dual mode is ignored.
+  if (c.clip_mode != clip::none) {
+    if (c.dual_mode == dual::hard && A < 0 && out.loss > -A * c.dual_c) {
+      out.loss = -A * c.dual_c;
+      out.grad = 0;
+      out.dual = true;
+    } else if (c.dual_mode == dual::soft && !clipped && omega > c.dual_c) {
+      out.loss = -A * c.dual_c * in.lp;  // -A sg(c) logp
+      out.grad = -A * c.dual_c;
+      out.dual = true;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KL estimators (conventions "The loss"), d = logp - ref_logp.
+// ---------------------------------------------------------------------------------------------
+
+struct kl_out {
+  double value = 0, grad = 0;
+};
+
+// Value and gradient of the chosen estimator at d. Straight-through: the value of the estimator
+// and the gradient of k2, i.e. the term sg(k(d) - d^2/2) + d^2/2; `d_frozen` is where its
+// stop-gradient part is evaluated (d_frozen == d outside frozen_loss).
+kl_out kl_estimator(const config& c, double d) {
+  kl_out k;
+  switch (c.kl_mode) {
+    case kl::none:
+      return k;
+    case kl::k1:
+      k.value = d;
+      k.grad = 1;
+      break;
+    case kl::abs:
+      k.value = std::fabs(d);
+      k.grad = d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0);
+      break;
+    case kl::k2:
+      k.value = d * d / 2;
+      k.grad = d;
+      break;
+    case kl::k3: {
+      // e = -d; k = e^e - e - 1 = expm1(e) - e; k' = 1 - e^e = -expm1(e).
+      double e = -d;
+      bool bites = false;
+      if (c.kl_clamp && (e < -20 || e > 20)) {
+        e = std::min(std::max(e, -20.0), 20.0);
+        bites = true;
+      }
+      double value = std::expm1(e) - e;
+      if (c.kl_clamp && (value < -10 || value > 10)) {
+        value = std::min(std::max(value, -10.0), 10.0);
+        bites = true;
+      }
+      k.value = value;
+      k.grad = bites ? 0 : -std::expm1(e);
+      break;
+    }
+  }
+  return k;
+}
+
+kl_out kl_term(const config& c, double d, double d_frozen) {
+  if (!c.kl_straight_through) return kl_estimator(c, d);
+  kl_out k;
+  k.value = kl_estimator(c, d_frozen).value + (d * d - d_frozen * d_frozen) / 2;
+  k.grad = d;
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Aggregation coefficients (conventions "Aggregation").
+// ---------------------------------------------------------------------------------------------
+
+struct term_counts {
+  std::vector<i64> per_response;  // n_i
+  i64 responses = 0;              // R' = #{i : n_i > 0}
+  i64 tokens = 0;                 // N = sum n_i
+};
+
+term_counts count_flags(const batch& b, const layout& lay, const std::vector<std::uint8_t>& flag) {
+  term_counts k;
+  k.per_response.assign(at(lay.R), 0);
+  for (i64 i = 0; i < lay.R; ++i) {
+    for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
+      if (flag[at(t)]) k.per_response[at(i)] += 1;
+    }
+    if (k.per_response[at(i)] > 0) k.responses += 1;
+    k.tokens += k.per_response[at(i)];
+  }
+  return k;
+}
+
+double coefficient(const config& c, const batch& b, const layout& lay, const term_counts& k,
+                   i64 global_tokens, i64 global_responses, i64 i) {
+  const double N = static_cast<double>(global_tokens > 0 ? global_tokens : k.tokens);
+  const double Rp = static_cast<double>(global_responses > 0 ? global_responses : k.responses);
+  double divisor = 0;
+  switch (c.agg) {
+    case aggregation::token_mean:
+      divisor = N;
+      break;
+    case aggregation::seq_mean_token_mean:
+      divisor = Rp * static_cast<double>(k.per_response[at(i)]);
+      break;
+    case aggregation::seq_mean_token_sum:
+      divisor = Rp;
+      break;
+    case aggregation::seq_mean_token_sum_norm: {
+      // C = constant, or R * L_max. READING: R is the local number of responses (all of them,
+      // empty ones included); the global normalisers replace N and R' only.
+      if (c.sum_norm_constant > 0) {
+        divisor = c.sum_norm_constant;
+      } else {
+        const double L_max = c.sum_norm_max_length > 0 ? c.sum_norm_max_length
+                                                        : static_cast<double>(b.max_length);
+        divisor = static_cast<double>(lay.R) * L_max;
+      }
+      break;
+    }
+  }
+  return divisor != 0 ? 1 / divisor : 0;  // a zero divisor makes the coefficient 0
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole evaluation. `logp` is the variable, `frozen` the point of the stop-gradient terms.
+// ---------------------------------------------------------------------------------------------
+
+output compute(const batch& b, const config& c, const std::vector<double>& logp,
+               const std::vector<double>& frozen) {
+  const layout lay = describe(b, c);
+  require(logp.size() == at(lay.N) && frozen.size() == at(lay.N), "logp vectors must have N entries");
+  const std::size_t N = at(lay.N);
+
+  output out;
+  out.advantages = advantages_of(b, c, lay);
+  out.zero_std_group_frac = zero_std_group_frac_of(b, c, lay);
+  out.weights = weights_of(b, c, lay, out.weight_cap_hits);
+  out.kept = kept_of(b, c, lay);
+  out.grad_logp.assign(N, 0.0);
+  out.grad_entropy.assign(N, 0.0);
+
+  // Counts: the KL and entropy terms use the valid counts; the policy term the valid counts
+  // (denominator valid) or the kept counts (denominator kept).
+  const term_counts valid_counts = count_flags(b, lay, lay.valid);
+  const term_counts kept_counts = count_flags(b, lay, out.kept);
+  const bool kept_denominator = c.denom == denominator::kept;
+  const term_counts& pg_counts = kept_denominator ? kept_counts : valid_counts;
+  const i64 pg_global_tokens = kept_denominator ? c.norm_kept_tokens : c.norm_tokens;
+  const i64 pg_global_responses = kept_denominator ? c.norm_kept_responses : c.norm_responses;
+
+  loss_sum policy, kl_total, entropy_total;
+
+  // Diagnostic accumulators.
+  double n_policy = 0, n_clipped = 0, n_low = 0, n_high = 0, n_dual = 0, sum_ppo_kl = 0;
+  double sum_ratio = 0, min_ratio = 0, max_ratio = 0, sum_entropy_kept = 0;
+  double n_valid = 0, sum_ref_kl = 0, sum_entropy = 0, sum_adv = 0;
+  double sum_var[3] = {0, 0, 0}, n_var[3] = {0, 0, 0};
+
+  for (i64 i = 0; i < lay.R; ++i) {
+    const i64 begin = b.token_begin[at(i)], end = b.token_end[at(i)];
+    if (lay.length[at(i)] == 0) continue;
+    const double A = out.advantages[at(i)];
+    const double w = out.weights[at(i)];
+    const double n_i = static_cast<double>(lay.length[at(i)]);
+
+    // Per-response quantities: the sequence values at the frozen point, the entropy-split
+    // threshold, and the first / last valid positions.
+    double seq_log = 0;
+    if (c.ratio_form == ratio::sequence || c.ratio_form == ratio::gmpo) {
+      double s = 0;
+      for (i64 t = begin; t < end; ++t) {
+        if (!lay.valid[at(t)]) continue;
+        const double l = frozen[at(t)] - b.old_logp[at(t)];
+        s += c.ratio_form == ratio::sequence ? l : gmpo_log(l, A, c);
+      }
+      seq_log = s / n_i;
+    }
+    double split_threshold = 0;
+    if (c.clip_mode == clip::entropy_split) {
+      std::vector<double> h;
+      for (i64 t = begin; t < end; ++t) {
+        if (lay.valid[at(t)]) h.push_back(b.entropy[at(t)]);
+      }
+      split_threshold = linear_quantile(h, c.split_percentile);
+    }
+    i64 first_pos = -1, last_pos = -1;
+    for (i64 t = begin; t < end; ++t) {
+      if (!lay.valid[at(t)]) continue;
+      if (first_pos < 0) first_pos = t;
+      last_pos = t;
+    }
+
+    for (i64 t = begin; t < end; ++t) {
+      if (!lay.valid[at(t)]) continue;
+      const double lp = logp[at(t)];
+
+      // Policy term (policy tokens only).
+      if (out.kept[at(t)]) {
+        token_in in;
+        in.A = A;
+        in.lp = lp;
+        in.fz = frozen[at(t)];
+        in.old = b.old_logp[at(t)];
+        in.seq_log = seq_log;
+        in.eps_low = c.eps_low;
+        in.eps_high = c.eps_high;
+        if (c.clip_mode == clip::entropy_split && b.entropy[at(t)] > split_threshold) {
+          in.eps_low = c.split_eps_low;
+          in.eps_high = c.split_eps_high;
+        }
+        const token_out tok = policy_token(c, in);
+        const double coef = coefficient(c, b, lay, pg_counts, pg_global_tokens, pg_global_responses, i);
+        const double iw = b.token_weights.empty() ? 1.0 : b.token_weights[at(t)];
+        policy.add(coef * w * iw * tok.loss);
+        out.grad_logp[at(t)] += coef * w * iw * tok.grad;
+
+        n_policy += 1;
+        n_clipped += tok.clipped ? 1 : 0;
+        n_low += (tok.clipped && A < 0) ? 1 : 0;
+        n_high += (tok.clipped && A > 0) ? 1 : 0;
+        n_dual += tok.dual ? 1 : 0;
+        sum_ppo_kl += b.old_logp[at(t)] - lp;
+        sum_ratio += tok.shown;
+        min_ratio = n_policy == 1 ? tok.shown : std::min(min_ratio, tok.shown);
+        max_ratio = n_policy == 1 ? tok.shown : std::max(max_ratio, tok.shown);
+        if (!b.entropy.empty()) sum_entropy_kept += b.entropy[at(t)];
+      }
+
+      const double coef_valid = coefficient(c, b, lay, valid_counts, c.norm_tokens, c.norm_responses, i);
+      // KL term (valid tokens).
+      if (c.kl_mode != kl::none) {
+        const kl_out k = kl_term(c, lp - b.ref_logp[at(t)], frozen[at(t)] - b.ref_logp[at(t)]);
+        kl_total.add(c.kl_beta * coef_valid * k.value);
+        out.grad_logp[at(t)] += c.kl_beta * coef_valid * k.grad;
+        sum_ref_kl += k.value;
+      }
+      // Entropy bonus (valid tokens).
+      if (c.entropy_bonus) {
+        entropy_total.add(-c.entropy_coef * coef_valid * b.entropy[at(t)]);
+        out.grad_entropy[at(t)] = -c.entropy_coef * coef_valid;
+      }
+
+      // Valid-token diagnostics.
+      n_valid += 1;
+      if (!b.entropy.empty()) sum_entropy += b.entropy[at(t)];
+      sum_adv += A;
+      const i64 third = 3 * (t - first_pos) / (last_pos - first_pos + 1);
+      sum_var[third] += std::exp(lp) * -std::expm1(lp);  // p (1 - p)
+      n_var[third] += 1;
+    }
+  }
+
+  out.policy_loss = policy.value();
+  out.kl_loss = kl_total.value();
+  out.entropy_loss = entropy_total.value();
+  out.loss = out.policy_loss + out.kl_loss + out.entropy_loss;
+
+  auto ratio_or_zero = [](double num, double den) { return den > 0 ? num / den : 0.0; };
+  out.valid_tokens = static_cast<i64>(n_valid);
+  out.policy_tokens = static_cast<i64>(n_policy);
+  out.nonempty_responses = valid_counts.responses;
+  out.clip_frac = ratio_or_zero(n_clipped, n_policy);
+  out.clip_frac_low = ratio_or_zero(n_low, n_policy);
+  out.clip_frac_high = ratio_or_zero(n_high, n_policy);
+  out.dual_clip_frac = ratio_or_zero(n_dual, n_policy);
+  out.ppo_kl = ratio_or_zero(sum_ppo_kl, n_policy);
+  out.ratio_mean = ratio_or_zero(sum_ratio, n_policy);
+  out.ratio_min = min_ratio;
+  out.ratio_max = max_ratio;
+  out.entropy_kept_mean = ratio_or_zero(sum_entropy_kept, n_policy);
+  out.ref_kl_mean = ratio_or_zero(sum_ref_kl, n_valid);
+  out.entropy_mean = ratio_or_zero(sum_entropy, n_valid);
+  out.kept_frac = ratio_or_zero(n_policy, n_valid);
+  for (int third = 0; third < 3; ++third) out.token_variance[third] = ratio_or_zero(sum_var[third], n_var[third]);
+
+  // Advantage mean and population std over valid tokens (each carries its response's A_i).
+  out.advantage_mean = ratio_or_zero(sum_adv, n_valid);
+  double ss_adv = 0;
+  for (i64 i = 0; i < lay.R; ++i) {
+    const double dev = out.advantages[at(i)] - out.advantage_mean;
+    ss_adv += static_cast<double>(lay.length[at(i)]) * dev * dev;
+  }
+  out.advantage_std = std::sqrt(ratio_or_zero(ss_adv, n_valid));
+
+  // Weight diagnostics over non-empty responses.
+  double n_nonempty = 0, sum_w = 0;
+  for (i64 i = 0; i < lay.R; ++i) {
+    if (lay.length[at(i)] == 0) continue;
+    const double wi = out.weights[at(i)];
+    n_nonempty += 1;
+    sum_w += wi;
+    out.weight_min = n_nonempty == 1 ? wi : std::min(out.weight_min, wi);
+    out.weight_max = n_nonempty == 1 ? wi : std::max(out.weight_max, wi);
+  }
+  out.weight_mean = ratio_or_zero(sum_w, n_nonempty);
+  return out;
+}
+
+}  // namespace
+
+output evaluate(const batch& b, const config& c) { return compute(b, c, b.logp, b.logp); }
+
+double frozen_loss(const batch& b, const config& c, const std::vector<double>& logp,
+                   const std::vector<double>& frozen_logp) {
+  return compute(b, c, logp, frozen_logp).loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets (spec §11 with the conventions' constants).
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::string> preset_names() {
+  return {"grpo",     "dr_grpo",   "dapo",       "gspo",          "cispo",           "aspo",       "reco",
+          "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap"};
+}
+
+config preset(const std::string& name) {
+  config c;  // defaults: grpo advantage (eps 1e-6, singleton -> 0), L = 20, k3 clamp on
+  if (name == "grpo") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::token;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::hard;
+    c.dual_c = 3;
+    c.weight_mode = weight::uniform;
+    c.select = selection::all;
+    c.agg = aggregation::seq_mean_token_mean;
+    c.kl_mode = kl::k3;
+    c.kl_beta = 0.001;
+    return c;
+  }
+  if (name == "dr_grpo") {
+    c.adv = advantage::dr_grpo;
+    c.ratio_form = ratio::token;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::seq_mean_token_sum_norm;
+    c.kl_mode = kl::none;
+    return c;
+  }
+  if (name == "dapo") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::token;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 0.2;
+    c.eps_high = 0.28;
+    c.dual_mode = dual::hard;
+    c.dual_c = 10;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
+  if (name == "gspo") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::sequence;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 3e-4;
+    c.eps_high = 4e-4;
+    c.dual_mode = dual::off;
+    c.agg = aggregation::seq_mean_token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
+  if (name == "cispo") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::cispo;
+    c.clip_mode = clip::none;
+    c.dual_mode = dual::off;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
+  if (name == "aspo") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::flipped;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::soft;
+    c.dual_c = 3;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::k3;
+    c.kl_beta = 0.001;
+    return c;
+  }
+  if (name == "reco") {
+    c = preset("grpo");
+    c.ratio_form = ratio::variance;
+    c.weight_mode = weight::expected_count;
+    c.weight_cap = 10;
+    return c;
+  }
+  if (name == "reco_response_only") {
+    c = preset("reco");
+    c.ratio_form = ratio::token;
+    return c;
+  }
+  if (name == "reco_token_only") {
+    c = preset("reco");
+    c.weight_mode = weight::uniform;
+    return c;
+  }
+  if (name == "reco_no_cap") {
+    c = preset("reco");
+    c.weight_cap = 0;
+    return c;
+  }
+  if (name == "dapo_reco") {
+    c = preset("dapo");
+    c.ratio_form = ratio::variance;
+    c.weight_mode = weight::expected_count;
+    c.weight_cap = 10;
+    return c;
+  }
+  if (name == "rule_80_20") {
+    c = preset("dapo");
+    c.select = selection::top_k;
+    c.rho = 0.2;
+    c.denom = denominator::valid;
+    return c;
+  }
+  if (name == "rule_80_20_reco") {
+    c = preset("rule_80_20");
+    c.ratio_form = ratio::variance;
+    c.weight_mode = weight::expected_count;
+    c.weight_cap = 10;
+    return c;
+  }
+  throw std::invalid_argument("reco_ref: unknown preset '" + name + "'");
+}
+
+}  // namespace reco_ref
