@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include <thrust/for_each.h>
@@ -30,10 +31,17 @@ struct cpu {
   // Data handed to the CPU backend lives in host memory and can be read directly.
   static constexpr bool host_accessible = true;
 
-  // Scratch is plain host memory allocated inside the calls; nothing to keep between them.
-  struct scratch_state {};
-  cpu with_scratch(scratch_state*, memory_resource*) const { return *this; }
-  static void release_scratch(scratch_state&) {}
+  // A workspace keeps the reductions' partial sums between calls (no allocation in steady state).
+  struct scratch_state {
+    std::vector<unsigned char> partials;
+  };
+  scratch_state* scratch = nullptr;
+  cpu with_scratch(scratch_state* st, memory_resource*) const {
+    cpu c = *this;
+    c.scratch = st;
+    return c;
+  }
+  static void release_scratch(scratch_state& st) { std::vector<unsigned char>().swap(st.partials); }
 
   static auto policy() {
 #if defined(_OPENMP)
@@ -54,13 +62,13 @@ struct cpu {
   void reduce(index_t n, F f, Merge merge, Acc* out) const {
     constexpr index_t chunk = 1024;
     const index_t chunks = (n + chunk - 1) / chunk;
-    std::vector<Acc> part(static_cast<std::size_t>(chunks));
-    Acc* parts = part.data();
+    std::vector<unsigned char> local;
+    Acc* parts = partial_buffer<Acc>(chunks, local);
     for_each(chunks, [=](index_t c) {
       Acc acc{};
       const index_t e = std::min(n, (c + 1) * chunk);
       for (index_t i = c * chunk; i < e; ++i) acc = merge(acc, f(i));
-      parts[c] = acc;
+      new (parts + c) Acc(acc);
     });
     Acc acc{};
     for (index_t c = 0; c < chunks; ++c) acc = merge(acc, parts[c]);
@@ -74,8 +82,8 @@ struct cpu {
     constexpr index_t chunk = 8192;
     const index_t n = layout.tokens;
     const index_t chunks = (n + chunk - 1) / chunk;
-    std::vector<Acc> part(static_cast<std::size_t>(chunks));
-    Acc* parts = part.data();
+    std::vector<unsigned char> local;
+    Acc* parts = partial_buffer<Acc>(chunks, local);
     for_each(chunks, [=](index_t c) {
       Acc acc{};
       const index_t b = c * chunk, e = std::min(n, b + chunk);
@@ -84,7 +92,7 @@ struct cpu {
         while (t >= layout.end(i)) ++i;
         acc = merge(acc, f(i, t));
       }
-      parts[c] = acc;
+      new (parts + c) Acc(acc);
     });
     Acc acc{};
     for (index_t c = 0; c < chunks; ++c) acc = merge(acc, parts[c]);
@@ -115,6 +123,17 @@ struct cpu {
       run += f(j);
     }
     out[n] = run;
+  }
+
+  // Storage for `count` partial sums: the workspace's scratch when bound, else `local`.
+  template <class Acc>
+  Acc* partial_buffer(index_t count, std::vector<unsigned char>& local) const {
+    static_assert(std::is_trivially_copyable_v<Acc> && std::is_trivially_destructible_v<Acc>,
+                  "reco::cpu: reduction values must be trivially copyable");
+    std::vector<unsigned char>& buf = scratch ? scratch->partials : local;
+    const std::size_t need = sizeof(Acc) * static_cast<std::size_t>(count > 0 ? count : 0);
+    if (buf.size() < need) buf.resize(need);
+    return reinterpret_cast<Acc*>(buf.data());
   }
 
   void* allocate(std::size_t bytes) const {
