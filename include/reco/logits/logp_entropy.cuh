@@ -13,7 +13,8 @@
 // merged with cub::BlockReduce / cub::WarpReduce. Backward reads each row once and writes it once,
 // vectorised the same way. Rows are walked by a grid-stride loop over blockIdx.x (so any row
 // count works; gridDim.y/z are never used), accumulation is fp32 (fp64 for double logits), and
-// there is no N×V temporary, no allocation and no host synchronisation.
+// there is no N×V temporary, no allocation and no host synchronisation. The per-thread row work
+// is written as host-device functions, so the tests replay it on the host without a GPU.
 //
 // Errors. Sizes, the temperature and missing pointers are checked on the host (reco::error, as
 // on the CPU). What lives in device memory cannot be checked without a synchronisation, so the
@@ -30,8 +31,10 @@
 
 #include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -39,9 +42,19 @@
 #include "reco/logits/half_types.hpp"
 #include "reco/logits/logp_entropy.hpp"
 
+// #pragma unroll for the device pass of host-device functions (the host compiler would warn).
+#if defined(__CUDA_ARCH__)
+#define RECO_LOGITS_UNROLL _Pragma("unroll")
+#else
+#define RECO_LOGITS_UNROLL
+#endif
+
 RECO_NAMESPACE_BEGIN
 namespace logits {
 namespace cuda_detail {
+
+// Everything a thread does to one row is a host-device function: the kernels below only add the
+// row loop, the block reduction and the writes.
 
 // Clamp floor of the base-2 exponent: 2^floor is exactly 0 in A even without flush-to-zero
 // (float denormals end at 2^-149), so a -inf logit contributes 0·floor = 0.
@@ -56,23 +69,74 @@ struct device_floor<double> {
   static constexpr double value = -2048.0;
 };
 
-// std::numeric_limits is host-only without --expt-relaxed-constexpr.
-__device__ inline float lowest_dev(float) { return -FLT_MAX; }
-__device__ inline double lowest_dev(double) { return -DBL_MAX; }
-__device__ inline float nan_dev(float) { return __int_as_float(0x7fc00000); }
-__device__ inline double nan_dev(double) { return __longlong_as_double(0x7ff8000000000000LL); }
-__device__ inline float exp2_dev(float x) { return exp2f(x); }
-__device__ inline double exp2_dev(double x) { return exp2(x); }
-__device__ inline float log_dev(float x) { return logf(x); }
-__device__ inline double log_dev(double x) { return log(x); }
+// std::numeric_limits is host-only in device code without --expt-relaxed-constexpr.
+RECO_HOST_DEVICE inline float lowest_value(float) { return -FLT_MAX; }
+RECO_HOST_DEVICE inline double lowest_value(double) { return -DBL_MAX; }
+RECO_HOST_DEVICE inline float nan_value(float) {
+#if RECO_IN_DEVICE_CODE
+  return __int_as_float(0x7fc00000);
+#else
+  return std::numeric_limits<float>::quiet_NaN();
+#endif
+}
+RECO_HOST_DEVICE inline double nan_value(double) {
+#if RECO_IN_DEVICE_CODE
+  return __longlong_as_double(0x7ff8000000000000LL);
+#else
+  return std::numeric_limits<double>::quiet_NaN();
+#endif
+}
+RECO_HOST_DEVICE inline float exp2_of(float x) {
+#if RECO_IN_DEVICE_CODE
+  return exp2f(x);
+#else
+  return std::exp2(x);
+#endif
+}
+RECO_HOST_DEVICE inline double exp2_of(double x) {
+#if RECO_IN_DEVICE_CODE
+  return exp2(x);
+#else
+  return std::exp2(x);
+#endif
+}
+RECO_HOST_DEVICE inline float log_of(float x) {
+#if RECO_IN_DEVICE_CODE
+  return logf(x);
+#else
+  return std::log(x);
+#endif
+}
+RECO_HOST_DEVICE inline double log_of(double x) {
+#if RECO_IN_DEVICE_CODE
+  return log(x);
+#else
+  return std::log(x);
+#endif
+}
+// Streaming (evict-first) 16-byte accesses: every logit is touched once per pass.
+RECO_HOST_DEVICE inline uint4 load_streaming(const uint4* p) {
+#if RECO_IN_DEVICE_CODE
+  return __ldcs(p);
+#else
+  return *p;
+#endif
+}
+RECO_HOST_DEVICE inline void store_streaming(uint4* p, const uint4& v) {
+#if RECO_IN_DEVICE_CODE
+  __stcs(p, v);
+#else
+  *p = v;
+#endif
+}
 
 // Ternary clamps keep NaN (a NaN logit must reach the row's outputs).
 template <class A>
-__device__ inline A clamp_floor(A t) {
+RECO_HOST_DEVICE inline A clamp_floor(A t) {
   return t < device_floor<A>::value ? device_floor<A>::value : t;
 }
 template <class A>
-__device__ inline A clamp_nonpositive(A t) {
+RECO_HOST_DEVICE inline A clamp_nonpositive(A t) {
   return t > A(0) ? A(0) : t;
 }
 
@@ -84,16 +148,16 @@ struct online_sums {
 };
 
 template <class A>
-__device__ inline online_sums<A> empty_sums() {
+RECO_HOST_DEVICE inline online_sums<A> empty_sums() {
   // The lowest finite value rather than -inf, so that (x - m) is -inf, not NaN, for -inf logits.
-  return {lowest_dev(A{}), A(0), A(0), A(0)};
+  return {lowest_value(A{}), A(0), A(0), A(0)};
 }
 
 // Moves sums to a larger maximum m_new: 2^{d'} = c·2^d with c = 2^delta, d' = d + delta.
 template <class A>
-__device__ inline void rescale(online_sums<A>& a, A m_new, A k) {
+RECO_HOST_DEVICE inline void rescale(online_sums<A>& a, A m_new, A k) {
   const A delta = clamp_floor((a.m - m_new) * k);
-  const A c = exp2_dev(delta);
+  const A c = exp2_of(delta);
   a.u = c * (a.u + delta * a.s);
   a.s *= c;
   a.w *= c * c;
@@ -103,7 +167,7 @@ __device__ inline void rescale(online_sums<A>& a, A m_new, A k) {
 template <class A>
 struct merge_sums {
   A k;
-  __device__ online_sums<A> operator()(online_sums<A> a, online_sums<A> b) const {
+  RECO_HOST_DEVICE online_sums<A> operator()(online_sums<A> a, online_sums<A> b) const {
     const A m = a.m > b.m ? a.m : b.m;
     rescale(a, m, k);
     rescale(b, m, k);
@@ -115,29 +179,187 @@ struct merge_sums {
 template <class T>
 inline constexpr int vec_width = 16 / static_cast<int>(sizeof(T));
 
+// 16-bit types go through 32-bit words with shifts (a T[8] array would live in local memory).
 template <class T>
-__device__ inline void unpack(const uint4& raw, accum_t<T> (&v)[vec_width<T>]) {
-  T e[vec_width<T>];
-  memcpy(e, &raw, sizeof raw);
-#pragma unroll
-  for (int i = 0; i < vec_width<T>; ++i) v[i] = static_cast<accum_t<T>>(e[i]);
+RECO_HOST_DEVICE inline void unpack(const uint4& raw, accum_t<T> (&v)[vec_width<T>]) {
+  if constexpr (sizeof(T) == 2) {
+    const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+RECO_LOGITS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(w[i] & 0xffffu)));
+      v[2 * i + 1] = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(w[i] >> 16)));
+    }
+  } else {
+    memcpy(v, &raw, sizeof raw);  // float or double: the storage type is the arithmetic type
+  }
 }
 template <class T>
-__device__ inline uint4 pack(const accum_t<T> (&v)[vec_width<T>]) {
-  T e[vec_width<T>];
-#pragma unroll
-  for (int i = 0; i < vec_width<T>; ++i) e[i] = T(v[i]);
+RECO_HOST_DEVICE inline uint4 pack(const accum_t<T> (&v)[vec_width<T>]) {
   uint4 raw;
-  memcpy(&raw, e, sizeof raw);
+  if constexpr (sizeof(T) == 2) {
+    std::uint32_t w[4];
+RECO_LOGITS_UNROLL
+    for (int i = 0; i < 4; ++i)
+      w[i] = static_cast<std::uint32_t>(T(v[2 * i]).bits) | (static_cast<std::uint32_t>(T(v[2 * i + 1]).bits) << 16);
+    raw = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    memcpy(&raw, v, sizeof raw);
+  }
   return raw;
 }
 
-// Elements of a row before its first 16-byte boundary (T-aligned pointers only).
+// A row split at 16-byte boundaries: scalar head, 16-byte vectors, scalar tail.
 template <class T>
-__device__ inline int head_elements(const void* row, int vocab) {
-  const int misalign = static_cast<int>(reinterpret_cast<std::uintptr_t>(row) & 15u);
-  const int head = ((16 - misalign) & 15) / static_cast<int>(sizeof(T));
-  return head < vocab ? head : vocab;
+struct row_split {
+  int head, vectors, tail;  // tail = first element after the vectors
+  RECO_HOST_DEVICE row_split(const void* row, int vocab) {
+    const int misalign = static_cast<int>(reinterpret_cast<std::uintptr_t>(row) & 15u);
+    head = ((16 - misalign) & 15) / static_cast<int>(sizeof(T));  // T-aligned pointers only
+    if (head > vocab) head = vocab;
+    vectors = (vocab - head) / vec_width<T>;
+    tail = head + vectors * vec_width<T>;
+  }
+};
+
+template <class A, bool with_sq>
+RECO_HOST_DEVICE inline void add_one(online_sums<A>& st, A x, A k) {
+  if (x > st.m) rescale(st, x, k);
+  const A d = clamp_floor((x - st.m) * k);
+  const A e = exp2_of(d);
+  st.s += e;
+  st.u += e * d;
+  if (with_sq) st.w += e * e;
+}
+
+// Adds one 16-byte vector: at most one rescale, then one exp2 per element.
+template <class A, int N, bool with_sq>
+RECO_HOST_DEVICE inline void add_vector(online_sums<A>& st, const A (&v)[N], A k) {
+  A vmax = v[0];
+RECO_LOGITS_UNROLL
+  for (int i = 1; i < N; ++i) vmax = v[i] > vmax ? v[i] : vmax;
+  if (vmax > st.m) rescale(st, vmax, k);
+RECO_LOGITS_UNROLL
+  for (int i = 0; i < N; ++i) {
+    // (x - m)·k, not x·k - m·k: m may still be the lowest float, and m·k would overflow to -inf.
+    const A d = clamp_floor((v[i] - st.m) * k);
+    const A e = exp2_of(d);
+    st.s += e;
+    st.u += e * d;
+    if (with_sq) st.w += e * e;
+  }
+}
+
+// The forward share of thread `lane` of a group of `threads` working on row x.
+template <class T, int threads, bool with_sq>
+RECO_HOST_DEVICE online_sums<accum_t<T>> thread_row_sums(const T* x, int vocab, int lane, accum_t<T> k) {
+  using A = accum_t<T>;
+  constexpr int N = vec_width<T>;
+  online_sums<A> st = empty_sums<A>();
+  const row_split<T> split(x, vocab);
+  for (int j = lane; j < split.head; j += threads) add_one<A, with_sq>(st, static_cast<A>(x[j]), k);
+  const uint4* xv = reinterpret_cast<const uint4*>(x + split.head);
+  int i = lane;
+  for (; i + threads < split.vectors; i += 2 * threads) {  // two loads in flight
+    const uint4 r0 = load_streaming(xv + i), r1 = load_streaming(xv + i + threads);
+    A v0[N], v1[N];
+    unpack<T>(r0, v0);
+    unpack<T>(r1, v1);
+    add_vector<A, N, with_sq>(st, v0, k);
+    add_vector<A, N, with_sq>(st, v1, k);
+  }
+  if (i < split.vectors) {
+    A v0[N];
+    unpack<T>(load_streaming(xv + i), v0);
+    add_vector<A, N, with_sq>(st, v0, k);
+  }
+  for (int j = split.tail + lane; j < vocab; j += threads) add_one<A, with_sq>(st, static_cast<A>(x[j]), k);
+  return st;
+}
+
+template <class A>
+struct row_outputs {
+  A logp, entropy, lse, sum_p_squared;
+  bool all_neg_inf;
+};
+
+// The row's outputs from its merged sums and the token's logit.
+template <class A>
+RECO_HOST_DEVICE row_outputs<A> finish_row(const online_sums<A>& total, A x_y, bool token_ok, A inv_tau) {
+  const A nan = nan_value(A{});
+  if (total.s == A(0)) return {nan, nan, nan, nan, true};  // every logit -inf
+  const A log_s = log_of(total.s);
+  const A h = log_s - A(detail::ln_2) * total.u / total.s;
+  return {token_ok ? (x_y - total.m) * inv_tau - log_s : nan, h < A(0) ? A(0) : h, total.m * inv_tau + log_s,
+          total.w / (total.s * total.s), false};
+}
+
+// dlogits_j = p_j (c0 + c1 t_j) + [j = y] g/τ with t_j = log2 p_j (see the host version).
+template <class A>
+struct row_gradient {
+  A k, lse_x, c0, c1, g_y;  // lse_x = τ·LSE, in logit units
+  int y;
+  RECO_HOST_DEVICE A operator()(A x, int j) const {
+    const A t = clamp_nonpositive(clamp_floor((x - lse_x) * k));
+    const A d = exp2_of(t) * (c0 + c1 * t);
+    return j == y ? d + g_y : d;
+  }
+};
+
+// Thread `lane`'s share of one dlogits row. `vector_ok`: x and dx have the same alignment modulo
+// 16 bytes, so they split alike. In place, each vector is read and then written by one thread.
+template <class T, int threads>
+RECO_HOST_DEVICE void thread_row_gradient(const T* x, T* dx, int vocab, int lane, bool vector_ok,
+                                          const row_gradient<accum_t<T>>& grad) {
+  using A = accum_t<T>;
+  constexpr int N = vec_width<T>;
+  if (!vector_ok) {
+    for (int j = lane; j < vocab; j += threads) dx[j] = T(grad(static_cast<A>(x[j]), j));
+    return;
+  }
+  const row_split<T> split(dx, vocab);
+  for (int j = lane; j < split.head; j += threads) dx[j] = T(grad(static_cast<A>(x[j]), j));
+  const uint4* xv = reinterpret_cast<const uint4*>(x + split.head);
+  uint4* dxv = reinterpret_cast<uint4*>(dx + split.head);
+  int v = lane;
+  for (; v + threads < split.vectors; v += 2 * threads) {
+    const uint4 r0 = load_streaming(xv + v), r1 = load_streaming(xv + v + threads);
+    A a0[N], a1[N];
+    unpack<T>(r0, a0);
+    unpack<T>(r1, a1);
+    const int j0 = split.head + v * N, j1 = split.head + (v + threads) * N;
+RECO_LOGITS_UNROLL
+    for (int e = 0; e < N; ++e) {
+      a0[e] = grad(a0[e], j0 + e);
+      a1[e] = grad(a1[e], j1 + e);
+    }
+    store_streaming(dxv + v, pack<T>(a0));
+    store_streaming(dxv + v + threads, pack<T>(a1));
+  }
+  if (v < split.vectors) {
+    A a0[N];
+    unpack<T>(load_streaming(xv + v), a0);
+    const int j0 = split.head + v * N;
+RECO_LOGITS_UNROLL
+    for (int e = 0; e < N; ++e) a0[e] = grad(a0[e], j0 + e);
+    store_streaming(dxv + v, pack<T>(a0));
+  }
+  for (int j = split.tail + lane; j < vocab; j += threads) dx[j] = T(grad(static_cast<A>(x[j]), j));
+}
+
+// Thread `lane`'s share of filling a dlogits row with one value (0 for masked rows).
+template <class T, int threads>
+RECO_HOST_DEVICE void thread_row_fill(T* dx, int vocab, int lane, accum_t<T> value) {
+  using A = accum_t<T>;
+  constexpr int N = vec_width<T>;
+  A f[N];
+RECO_LOGITS_UNROLL
+  for (int e = 0; e < N; ++e) f[e] = value;
+  const uint4 raw = pack<T>(f);
+  const row_split<T> split(dx, vocab);
+  uint4* dxv = reinterpret_cast<uint4*>(dx + split.head);
+  for (int j = lane; j < split.head; j += threads) dx[j] = T(value);
+  for (int v = lane; v < split.vectors; v += threads) store_streaming(dxv + v, raw);
+  for (int j = split.tail + lane; j < vocab; j += threads) dx[j] = T(value);
 }
 
 template <class T>
@@ -166,49 +388,20 @@ struct backward_params {
   int* error_flags;
 };
 
-template <class A, bool with_sq>
-__device__ inline void add_one(online_sums<A>& st, A x, A k) {  // head/tail elements
-  if (x > st.m) rescale(st, x, k);
-  const A d = clamp_floor((x - st.m) * k);
-  const A e = exp2_dev(d);
-  st.s += e;
-  st.u += e * d;
-  if (with_sq) st.w += e * e;
-}
-
-// Adds one 16-byte vector: at most one rescale, then one exp2 per element.
-template <class A, int N, bool with_sq>
-__device__ inline void add_vector(online_sums<A>& st, const A (&v)[N], A k) {
-  A vmax = v[0];
-#pragma unroll
-  for (int i = 1; i < N; ++i) vmax = v[i] > vmax ? v[i] : vmax;
-  if (vmax > st.m) rescale(st, vmax, k);
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    // (x - m)·k, not x·k - m·k: m may still be the lowest float, and m·k would overflow to -inf.
-    const A d = clamp_floor((v[i] - st.m) * k);
-    const A e = exp2_dev(d);
-    st.s += e;
-    st.u += e * d;
-    if (with_sq) st.w += e * e;
-  }
-}
-
-template <class T, int THREADS, int BLOCK, bool with_sq>
-__global__ void __launch_bounds__(BLOCK) forward_kernel(forward_params<T> p) {
+// Forward: a group of `threads` threads per row (a warp, or the whole block).
+template <class T, int threads, int block, bool with_sq>
+__global__ void __launch_bounds__(block) forward_kernel(forward_params<T> p) {
   using A = accum_t<T>;
-  constexpr int N = vec_width<T>;
-  constexpr int rows_per_block = BLOCK / THREADS;
-  using block_reduce = cub::BlockReduce<online_sums<A>, BLOCK>;
-  using warp_reduce = cub::WarpReduce<online_sums<A>, THREADS == BLOCK ? 32 : THREADS>;
+  constexpr int rows_per_block = block / threads;
+  using block_reduce = cub::BlockReduce<online_sums<A>, block>;
+  using warp_reduce = cub::WarpReduce<online_sums<A>, threads == block ? 32 : threads>;
   __shared__ union reduce_storage {
-    typename block_reduce::TempStorage block;
-    typename warp_reduce::TempStorage warp[rows_per_block];
+    typename block_reduce::TempStorage whole_block;
+    typename warp_reduce::TempStorage per_warp[rows_per_block];
   } temp;
 
-  const int group = static_cast<int>(threadIdx.x) / THREADS;
-  const int lane = static_cast<int>(threadIdx.x) % THREADS;
-  const int vocab = p.vocab;
+  const int group = static_cast<int>(threadIdx.x) / threads;
+  const int lane = static_cast<int>(threadIdx.x) % threads;
   const merge_sums<A> merge{p.k};
 
   for (index_t row = static_cast<index_t>(blockIdx.x) * rows_per_block + group; row < p.rows;
@@ -223,152 +416,65 @@ __global__ void __launch_bounds__(BLOCK) forward_kernel(forward_params<T> p) {
       continue;
     }
     const T* x = p.logits + row * p.row_stride;
-    // The token's logit is fetched up front so that its latency hides behind the row.
+    // The token's logit is fetched before the row so that its latency hides behind it.
     std::int64_t y = 0;
     A x_y = A(0);
     if (p.logp) {
       y = p.tokens[row];
-      if (lane == 0 && y >= 0 && y < vocab) x_y = static_cast<A>(x[y]);
+      if (lane == 0 && y >= 0 && y < p.vocab) x_y = static_cast<A>(x[y]);
     }
-
-    online_sums<A> st = empty_sums<A>();
-    const int head = head_elements<T>(x, vocab);
-    const int vectors = (vocab - head) / N;
-    const int tail = head + vectors * N;
-    for (int j = lane; j < head; j += THREADS) add_one<A, with_sq>(st, static_cast<A>(x[j]), p.k);
-    const uint4* xv = reinterpret_cast<const uint4*>(x + head);
-    int i = lane;
-    // Two loads in flight per thread before either is consumed.
-    for (; i + THREADS < vectors; i += 2 * THREADS) {
-      const uint4 r0 = __ldcs(xv + i), r1 = __ldcs(xv + i + THREADS);
-      A v0[N], v1[N];
-      unpack<T>(r0, v0);
-      unpack<T>(r1, v1);
-      add_vector<A, N, with_sq>(st, v0, p.k);
-      add_vector<A, N, with_sq>(st, v1, p.k);
-    }
-    if (i < vectors) {
-      A v0[N];
-      unpack<T>(__ldcs(xv + i), v0);
-      add_vector<A, N, with_sq>(st, v0, p.k);
-    }
-    for (int j = tail + lane; j < vocab; j += THREADS) add_one<A, with_sq>(st, static_cast<A>(x[j]), p.k);
+    const online_sums<A> mine = thread_row_sums<T, threads, with_sq>(x, p.vocab, lane, p.k);
 
     online_sums<A> total;
-    if constexpr (THREADS == BLOCK) {
-      total = block_reduce(temp.block).Reduce(st, merge);
+    if constexpr (threads == block) {
+      total = block_reduce(temp.whole_block).Reduce(mine, merge);
       __syncthreads();  // temp is reused by the next row
     } else {
-      total = warp_reduce(temp.warp[group]).Reduce(st, merge);
+      total = warp_reduce(temp.per_warp[group]).Reduce(mine, merge);
       __syncwarp();
     }
 
     if (lane == 0) {
-      const A nan = nan_dev(A{});
-      const bool token_ok = !p.logp || (y >= 0 && y < vocab);
-      if (!token_ok && p.error_flags) atomicOr(p.error_flags, error_token_out_of_range);
-      if (total.s == A(0)) {  // every logit -inf
-        if (p.error_flags) atomicOr(p.error_flags, error_row_all_neg_inf);
-        if (p.logp) p.logp[row] = nan;
-        if (p.entropy) p.entropy[row] = nan;
-        if (p.lse) p.lse[row] = nan;
-        if (p.sum_p_squared) p.sum_p_squared[row] = nan;
-      } else {
-        const A log_s = log_dev(total.s);
-        const A h = log_s - A(detail::ln_2) * total.u / total.s;
-        if (p.lse) p.lse[row] = total.m * p.inv_tau + log_s;
-        if (p.entropy) p.entropy[row] = h < A(0) ? A(0) : h;
-        if (p.logp) p.logp[row] = token_ok ? (x_y - total.m) * p.inv_tau - log_s : nan;
-        if (p.sum_p_squared) p.sum_p_squared[row] = total.w / (total.s * total.s);
-      }
+      const bool token_ok = !p.logp || (y >= 0 && y < p.vocab);
+      const row_outputs<A> out = finish_row(total, x_y, token_ok, p.inv_tau);
+      if (p.error_flags && !token_ok) atomicOr(p.error_flags, error_token_out_of_range);
+      if (p.error_flags && out.all_neg_inf) atomicOr(p.error_flags, error_row_all_neg_inf);
+      if (p.logp) p.logp[row] = out.logp;
+      if (p.entropy) p.entropy[row] = out.entropy;
+      if (p.lse) p.lse[row] = out.lse;
+      if (p.sum_p_squared) p.sum_p_squared[row] = out.sum_p_squared;
     }
   }
 }
 
-// dlogits_j = p_j (c0 + c1 t_j) + [j = y] g/τ with t_j = log2 p_j (see the host version).
-template <class A>
-struct row_gradient {
-  A k, lse_x, c0, c1, g_y;  // lse_x = τ·LSE, in logit units
-  int y;
-  __device__ A operator()(A x, int j) const {
-    const A t = clamp_nonpositive(clamp_floor((x - lse_x) * k));
-    const A d = exp2_dev(t) * (c0 + c1 * t);
-    return j == y ? d + g_y : d;
-  }
-};
-
-template <class T, int THREADS, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) backward_kernel(backward_params<T> p) {
+template <class T, int threads, int block>
+__global__ void __launch_bounds__(block) backward_kernel(backward_params<T> p) {
   using A = accum_t<T>;
-  constexpr int N = vec_width<T>;
-  constexpr int rows_per_block = BLOCK / THREADS;
-  const int group = static_cast<int>(threadIdx.x) / THREADS;
-  const int lane = static_cast<int>(threadIdx.x) % THREADS;
-  const int vocab = p.vocab;
+  constexpr int rows_per_block = block / threads;
+  const int group = static_cast<int>(threadIdx.x) / threads;
+  const int lane = static_cast<int>(threadIdx.x) % threads;
 
   for (index_t row = static_cast<index_t>(blockIdx.x) * rows_per_block + group; row < p.rows;
        row += static_cast<index_t>(gridDim.x) * rows_per_block) {
     const T* x = p.logits + row * p.row_stride;
     T* dx = p.dlogits + row * p.row_stride;
-    const int head = head_elements<T>(dx, vocab);
-    const int vectors = (vocab - head) / N;
-    const int tail = head + vectors * N;
-    uint4* dxv = reinterpret_cast<uint4*>(dx + head);
-
     const bool masked = p.row_mask && !p.row_mask[row];
-    const std::int64_t y = (!masked && p.grad_logp) ? p.tokens[row] : std::int64_t(-1);
-    const bool token_bad = p.grad_logp && !masked && (y < 0 || y >= vocab);
-    if (masked || token_bad) {
-      // Exactly 0 for a masked row; NaN for a row whose token cannot be right.
-      if (token_bad && lane == 0 && p.error_flags) atomicOr(p.error_flags, error_token_out_of_range);
-      const A fill = masked ? A(0) : nan_dev(A{});
-      A f[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) f[e] = fill;
-      const uint4 raw = pack<T>(f);
-      for (int j = lane; j < head; j += THREADS) dx[j] = T(fill);
-      for (int v = lane; v < vectors; v += THREADS) __stcs(dxv + v, raw);
-      for (int j = tail + lane; j < vocab; j += THREADS) dx[j] = T(fill);
+    if (masked) {
+      thread_row_fill<T, threads>(dx, p.vocab, lane, A(0));  // exactly +0
       continue;
     }
-
+    const std::int64_t y = p.grad_logp ? p.tokens[row] : std::int64_t(-1);
+    if (p.grad_logp && (y < 0 || y >= p.vocab)) {  // no right answer: NaN, and say so
+      if (lane == 0 && p.error_flags) atomicOr(p.error_flags, error_token_out_of_range);
+      thread_row_fill<T, threads>(dx, p.vocab, lane, nan_value(A{}));
+      continue;
+    }
     const A g = p.grad_logp ? p.grad_logp[row] : A(0);
     const A g_h = p.grad_entropy ? p.grad_entropy[row] : A(0);
     const A h = p.grad_entropy ? p.entropy[row] : A(0);
-    const row_gradient<A> grad{p.k, p.lse[row] * p.tau, -(g + g_h * h) * p.inv_tau, -g_h * p.ln2_over_tau,
-                               g * p.inv_tau, static_cast<int>(y)};
-
-    if (!p.vector_ok) {  // logits and dlogits misaligned relative to each other: scalar row
-      for (int j = lane; j < vocab; j += THREADS) dx[j] = T(grad(static_cast<A>(x[j]), j));
-      continue;
-    }
-    for (int j = lane; j < head; j += THREADS) dx[j] = T(grad(static_cast<A>(x[j]), j));
-    const uint4* xv = reinterpret_cast<const uint4*>(x + head);
-    // In place, every vector is read and then written by the same thread: no hazard.
-    int v = lane;
-    for (; v + THREADS < vectors; v += 2 * THREADS) {
-      const uint4 r0 = __ldcs(xv + v), r1 = __ldcs(xv + v + THREADS);
-      A a0[N], a1[N];
-      unpack<T>(r0, a0);
-      unpack<T>(r1, a1);
-      const int j0 = head + v * N, j1 = head + (v + THREADS) * N;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        a0[e] = grad(a0[e], j0 + e);
-        a1[e] = grad(a1[e], j1 + e);
-      }
-      __stcs(dxv + v, pack<T>(a0));
-      __stcs(dxv + v + THREADS, pack<T>(a1));
-    }
-    if (v < vectors) {
-      A a0[N];
-      unpack<T>(__ldcs(xv + v), a0);
-      const int j0 = head + v * N;
-#pragma unroll
-      for (int e = 0; e < N; ++e) a0[e] = grad(a0[e], j0 + e);
-      __stcs(dxv + v, pack<T>(a0));
-    }
-    for (int j = tail + lane; j < vocab; j += THREADS) dx[j] = T(grad(static_cast<A>(x[j]), j));
+    const row_gradient<A> grad{p.k,       p.lse[row] * p.tau,      -(g + g_h * h) * p.inv_tau,
+                               -g_h * p.ln2_over_tau, g * p.inv_tau, static_cast<int>(y)};
+    thread_row_gradient<T, threads>(x, dx, p.vocab, lane, p.vector_ok, grad);
   }
 }
 
@@ -389,36 +495,41 @@ unsigned grid_for(Kernel kernel, int block, index_t groups) {
   return static_cast<unsigned>(groups < resident ? groups : resident);
 }
 
-// Threads per row: a warp for short rows (several rows per block), a whole block otherwise.
-enum class row_shape { warp, block256, block512 };
-inline row_shape shape_for(index_t vocab) {
-  if (vocab <= 1024) return row_shape::warp;
-  if (vocab <= 16384) return row_shape::block256;
-  return row_shape::block512;
-}
+// Threads per row: a warp for short rows (eight rows per 256-thread block), a whole block of 256
+// or 512 otherwise.
+inline int threads_per_row(index_t vocab) { return vocab <= 1024 ? 32 : (vocab <= 16384 ? 256 : 512); }
 
-template <class T, int THREADS, int BLOCK, bool with_sq>
+template <class T, int threads, int block, bool with_sq>
 void launch_forward(const forward_params<T>& p, cudaStream_t stream) {
-  auto kernel = forward_kernel<T, THREADS, BLOCK, with_sq>;
-  const index_t groups = (p.rows + BLOCK / THREADS - 1) / (BLOCK / THREADS);
-  kernel<<<grid_for(kernel, BLOCK, groups), BLOCK, 0, stream>>>(p);
+  auto kernel = forward_kernel<T, threads, block, with_sq>;
+  const index_t groups = (p.rows + block / threads - 1) / (block / threads);
+  kernel<<<grid_for(kernel, block, groups), block, 0, stream>>>(p);
   check(cudaGetLastError(), "forward kernel launch");
 }
 
-template <class T, int THREADS, int BLOCK>
+template <class T, int threads, int block>
 void launch_backward(const backward_params<T>& p, cudaStream_t stream) {
-  auto kernel = backward_kernel<T, THREADS, BLOCK>;
-  const index_t groups = (p.rows + BLOCK / THREADS - 1) / (BLOCK / THREADS);
-  kernel<<<grid_for(kernel, BLOCK, groups), BLOCK, 0, stream>>>(p);
+  auto kernel = backward_kernel<T, threads, block>;
+  const index_t groups = (p.rows + block / threads - 1) / (block / threads);
+  kernel<<<grid_for(kernel, block, groups), block, 0, stream>>>(p);
   check(cudaGetLastError(), "backward kernel launch");
 }
 
 template <class T, bool with_sq>
 void dispatch_forward(const forward_params<T>& p, cudaStream_t stream) {
-  switch (shape_for(p.vocab)) {
-    case row_shape::warp: launch_forward<T, 32, 256, with_sq>(p, stream); break;
-    case row_shape::block256: launch_forward<T, 256, 256, with_sq>(p, stream); break;
-    case row_shape::block512: launch_forward<T, 512, 512, with_sq>(p, stream); break;
+  switch (threads_per_row(p.vocab)) {
+    case 32: launch_forward<T, 32, 256, with_sq>(p, stream); break;
+    case 256: launch_forward<T, 256, 256, with_sq>(p, stream); break;
+    default: launch_forward<T, 512, 512, with_sq>(p, stream); break;
+  }
+}
+
+template <class T>
+void dispatch_backward(const backward_params<T>& p, cudaStream_t stream) {
+  switch (threads_per_row(p.vocab)) {
+    case 32: launch_backward<T, 32, 256>(p, stream); break;
+    case 256: launch_backward<T, 256, 256>(p, stream); break;
+    default: launch_backward<T, 512, 512>(p, stream); break;
   }
 }
 
@@ -469,11 +580,7 @@ void backward_cuda(const T* logits, index_t rows, index_t vocab, index_t row_str
                                     row_mask, grad_logp, grad_entropy, lse, entropy, static_cast<A>(temperature),
                                     static_cast<A>(1.0 / temperature), static_cast<A>(detail::log2_e / temperature),
                                     static_cast<A>(detail::ln_2 / temperature), error_flags};
-  switch (cuda_detail::shape_for(vocab)) {
-    case cuda_detail::row_shape::warp: cuda_detail::launch_backward<T, 32, 256>(p, stream); break;
-    case cuda_detail::row_shape::block256: cuda_detail::launch_backward<T, 256, 256>(p, stream); break;
-    case cuda_detail::row_shape::block512: cuda_detail::launch_backward<T, 512, 512>(p, stream); break;
-  }
+  cuda_detail::dispatch_backward(p, stream);
 }
 
 }  // namespace logits

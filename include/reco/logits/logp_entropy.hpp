@@ -26,7 +26,8 @@
 // double for double logits, float otherwise, and all arithmetic runs in that type.
 //
 // Arguments.
-//   row_stride   elements from one row's start to the next (>= vocab); dlogits uses the same.
+//   row_stride   elements from one row's start to the next (>= vocab: rows are evenly spaced,
+//                not necessarily contiguous); dlogits uses the same.
 //   tokens       [rows] int64 ids in [0, vocab); needed when logp or grad_logp is given.
 //   row_mask     [rows] (nullable): 0 = skip the row (padding). A skipped row's logits and token
 //                are never read; its outputs are 0 and its dlogits row is exactly 0.
@@ -45,7 +46,8 @@
 // u = Σ e^{z-m}(z-m) (and Σ e^{2(z-m)} for sum_p_squared), rescaling them when m grows, and ends
 // with LSE = m + log s, H = log s - u/s. Exponentials are base 2 on the pre-scaled argument
 // (z - m) log2(e). The backward reads each row once and writes it once, recomputing
-// p_j = e^{z_j - LSE} from the saved LSE. Results do not depend on the thread count.
+// p_j = e^{z_j - LSE} from the saved LSE. No N×V temporary; one 4 KiB stack buffer per thread.
+// Results do not depend on the thread count (each row is reduced by one thread, in a fixed order).
 #pragma once
 
 #include <algorithm>
@@ -58,6 +60,17 @@
 
 #include "reco/config.hpp"
 #include "reco/logits/half_types.hpp"
+
+// The per-row loops are compiled three times (AVX-512, AVX2+FMA, baseline) and the best one for
+// the running CPU is picked at load time, as ATen does for its kernels: the library is header-only,
+// and most builds do not pass -march. GCC >= 11 on x86-64 Linux (ifunc); elsewhere, or with
+// RECO_NO_TARGET_CLONES defined, the loops are compiled once for the flags in use.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__CUDACC__) && !defined(RECO_NO_TARGET_CLONES)
+#define RECO_LOGITS_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RECO_LOGITS_CPU_CLONES
+#endif
 
 RECO_NAMESPACE_BEGIN
 namespace logits {
@@ -149,10 +162,11 @@ inline double clamp_nonpositive(double t) { return t > 0 ? 0.0 : t; }
 inline float exp2_vectorisable(float t) {
   constexpr float round_magic = 12582912.0f;  // 1.5 * 2^23
   const float shifted = t + round_magic;
-  const float n = shifted - round_magic;
-  const float r = t - n;
-  const std::uint32_t biased_n = ::reco::detail::float_bits(shifted) - ::reco::detail::float_bits(round_magic) + 127u;
-  const float scale = ::reco::detail::float_from_bits(biased_n << 23);
+  // n is read back from the bits, not as shifted - round_magic, which -ffast-math would fold to t.
+  const std::int32_t n = static_cast<std::int32_t>(::reco::detail::float_bits(shifted) -
+                                                   ::reco::detail::float_bits(round_magic));
+  const float r = t - static_cast<float>(n);
+  const float scale = ::reco::detail::float_from_bits(static_cast<std::uint32_t>(n + 127) << 23);
   float p = 1.5252733804059838e-05f;
   p = p * r + 1.5403530393381606e-04f;
   p = p * r + 1.3333558146428441e-03f;
@@ -202,7 +216,7 @@ struct row_sums {
 };
 
 template <class T, bool with_sum_sq>
-row_sums<accum_t<T>> scan_row(const T* x, index_t vocab, accum_t<T> k) {
+RECO_LOGITS_CPU_CLONES row_sums<accum_t<T>> scan_row(const T* x, index_t vocab, accum_t<T> k) {
   using A = accum_t<T>;
   constexpr int L = lanes<A>;
   constexpr int C = chunk<A>;
@@ -265,6 +279,35 @@ row_sums<accum_t<T>> scan_row(const T* x, index_t vocab, accum_t<T> k) {
   return out;
 }
 
+template <class A>
+struct gradient_coefficients {
+  A lse_x, k, c0, c1, g_y;
+};
+
+// One row of dlogits, chunk by chunk: each chunk of x is widened into a buffer before its part of
+// dx is written, so dx may be x itself.
+template <class T>
+RECO_LOGITS_CPU_CLONES void gradient_row(const T* x, T* dx, index_t vocab, index_t y,
+                                         const gradient_coefficients<accum_t<T>>& c) {
+  using A = accum_t<T>;
+  constexpr int C = chunk<A>;
+  alignas(64) A buf[C];
+  for (index_t col0 = 0; col0 < vocab; col0 += C) {
+    const int n = static_cast<int>(std::min<index_t>(C, vocab - col0));
+    for (int j = 0; j < n; ++j) buf[j] = widen(x[col0 + j]);
+    for (int j = 0; j < n; ++j) {
+      // log2 p_j <= 0 up to rounding of the saved LSE; clamping at 0 keeps p_j <= 1.
+      const A t = clamp_nonpositive(clamp_exponent((buf[j] - c.lse_x) * c.k));
+      buf[j] = exp2_acc(t) * (c.c0 + c.c1 * t);
+    }
+    if (y >= col0 && y < col0 + n) buf[y - col0] += c.g_y;
+    for (int j = 0; j < n; ++j) dx[col0 + j] = narrow<T>(buf[j]);
+  }
+}
+
+// Small problems run on the calling thread: waking a team costs more than ~64K logits of work.
+inline bool worth_threads(index_t rows, index_t vocab) { return rows > 1 && rows * vocab >= (index_t(1) << 16); }
+
 inline void check_problem(bool have_logits, index_t rows, index_t vocab, index_t row_stride, double temperature) {
   using ::reco::detail::require;
   require(rows >= 0, "rows", "must be >= 0, got " + std::to_string(rows));
@@ -308,7 +351,7 @@ void forward(const T* logits, index_t rows, index_t vocab, index_t row_stride, c
   index_t first_bad_row = rows;
 
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) reduction(min : first_bad_row)
+#pragma omp parallel for schedule(static) reduction(min : first_bad_row) if (detail::worth_threads(rows, vocab))
 #endif
   for (index_t r = 0; r < rows; ++r) {
     auto put = [&](A* out, A v) {
@@ -354,14 +397,13 @@ void backward(const T* logits, index_t rows, index_t vocab, index_t row_stride, 
   require(grad_logp == nullptr || tokens != nullptr || rows == 0, "tokens", "is null but grad_logp is given");
   if (grad_logp) detail::check_tokens(tokens, rows, vocab, row_mask);
 
-  constexpr int C = detail::chunk<A>;
   const A tau = static_cast<A>(temperature);
   const A inv_tau = static_cast<A>(1.0 / temperature);
   const A k = static_cast<A>(detail::log2_e / temperature);
   const A c1_scale = static_cast<A>(detail::ln_2 / temperature);
 
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(rows, vocab))
 #endif
   for (index_t r = 0; r < rows; ++r) {
     T* dx = dlogits + r * row_stride;
@@ -382,21 +424,8 @@ void backward(const T* logits, index_t rows, index_t vocab, index_t row_stride, 
       continue;
     }
     // dlogits_j = p_j (c0 + c1 t_j) + [j = y] g/τ, from the formula with log p_j = t_j ln 2.
-    const A c0 = -(g + g_h * h) * inv_tau;
-    const A c1 = -g_h * c1_scale;
-    const A g_y = g * inv_tau;
-    alignas(64) A buf[C];
-    for (index_t col0 = 0; col0 < vocab; col0 += C) {
-      const int n = static_cast<int>(std::min<index_t>(C, vocab - col0));
-      for (int j = 0; j < n; ++j) buf[j] = detail::widen(x[col0 + j]);
-      for (int j = 0; j < n; ++j) {
-        // log2 p_j <= 0 up to rounding of the saved LSE; clamping at 0 keeps p_j <= 1.
-        const A t = detail::clamp_nonpositive(detail::clamp_exponent((buf[j] - lse_x) * k));
-        buf[j] = detail::exp2_acc(t) * (c0 + c1 * t);
-      }
-      if (y >= col0 && y < col0 + n) buf[y - col0] += g_y;
-      for (int j = 0; j < n; ++j) dx[col0 + j] = detail::narrow<T>(buf[j]);
-    }
+    const detail::gradient_coefficients<A> c{lse_x, k, -(g + g_h * h) * inv_tau, -g_h * c1_scale, g * inv_tau};
+    detail::gradient_row(x, dx, vocab, y, c);
   }
 }
 
