@@ -47,6 +47,16 @@ template <class C> struct is_selector_t : std::bool_constant<is_token_selector_v
 template <class C> struct is_kl_t : std::bool_constant<is_kl_term_v<C>> {};
 template <class C> struct is_entropy_t : std::bool_constant<is_entropy_term_v<C>> {};
 
+// Components may derive constants from their parameters on the host before a call (prepare()).
+template <class C, class = void>
+struct has_prepare : std::false_type {};
+template <class C>
+struct has_prepare<C, std::void_t<decltype(std::declval<C&>().prepare())>> : std::true_type {};
+template <class C>
+void prepare_component(C& c) {
+  if constexpr (has_prepare<C>::value) c.prepare();
+}
+
 template <template <class> class Is, class... Options>
 inline constexpr int count_options = (0 + ... + (Is<Options>::value ? 1 : 0));
 
@@ -116,6 +126,20 @@ class objective {
       return false;
   }
 
+  // A copy with every component's derived constants computed (what the algorithms receive).
+  objective prepared() const {
+    objective o = *this;
+    detail::prepare_component(o.advantage);
+    detail::prepare_component(o.ratio);
+    detail::prepare_component(o.clip);
+    detail::prepare_component(o.weight);
+    detail::prepare_component(o.aggregate);
+    detail::prepare_component(o.select);
+    detail::prepare_component(o.kl);
+    detail::prepare_component(o.entropy);
+    return o;
+  }
+
   // Throws reco::error naming the first parameter out of range ("clip.params.eps_low", ...).
   void validate() const {
     detail::validate_component(advantage, "advantage");
@@ -141,7 +165,7 @@ class objective {
     detail::validate_batch(batch, grads, norm, needs_rewards, needs_advantages, needs_ref_logp, needs_entropy,
                            needs_response_weights, has_entropy_gradient);
     if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
-    return objective_algorithm<Backend, objective>::run(*this, backend, batch, grads, ws, norm);
+    return objective_algorithm<Backend, objective>::run(prepared(), backend, batch, grads, ws, norm);
   }
 
   // Synchronous call: the result on the host; throws reco::error for any input error.

@@ -26,6 +26,8 @@ struct response_scratch {
   double* entropy_q = nullptr;   // entropy quantile (entropy-split clip)
   std::uint32_t* status = nullptr;
   std::uint8_t* capped = nullptr;  // 1 when the weight hit its cap
+  double* coef_policy = nullptr;   // aggregation coefficient of the policy term (null: per token)
+  double* coef_valid = nullptr;    // ... of the KL / entropy terms
 };
 
 // Reduction over responses right after the group stage.

@@ -56,6 +56,8 @@ struct objective_scratch {
     r.weight = c.take<double>(R);
     r.status = c.take<std::uint32_t>(R);
     r.capped = c.take<std::uint8_t>(R);
+    r.coef_policy = c.take<double>(R);
+    r.coef_valid = c.take<double>(R);
     group_status = c.take<std::uint32_t>(P);
     group_zero_std = c.take<std::uint8_t>(P);
     if constexpr (Obj::selector_type::active) {
@@ -77,7 +79,8 @@ struct objective_algorithm {
   static const objective_result* run(const Objective& obj, const Backend& backend, const batch_view<T>& batch,
                                      gradients<T> grads, workspace<Backend>& ws, const normalisers& norm) {
     using namespace detail;
-    const Backend be = ws.bind(backend);
+    const index_t tokens = batch.logp.size();
+    const Backend be = ws.bind(backend).for_work(tokens);
     const batch_pointers<T> b = pointers_of(batch);
     const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
 
@@ -131,6 +134,7 @@ struct objective_algorithm {
     be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
     const bool kept_denominator = obj.kept_denominator();
     be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
+    be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
 
     T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
     be.reduce_tokens(b.layout,

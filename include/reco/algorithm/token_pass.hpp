@@ -8,6 +8,7 @@
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/component.hpp"
+#include "reco/detail/math.hpp"
 #include "reco/result.hpp"
 #include "reco/select/top_entropy.hpp"
 
@@ -51,6 +52,19 @@ struct counts_fn {
   }
 };
 
+// Per response: the aggregation coefficients, so that the token pass does no division.
+template <class Obj>
+struct coefficients_fn {
+  Obj obj;
+  response_scratch r;
+  const objective_scalars* s;
+  bool kept_denominator;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    r.coef_valid[i] = obj.aggregate.coefficient(s->valid, r.length[i]);
+    r.coef_policy[i] = obj.aggregate.coefficient(s->policy, kept_denominator ? r.kept[i] : r.length[i]);
+  }
+};
+
 template <class Obj, class T>
 struct token_fn {
   Obj obj;
@@ -62,64 +76,81 @@ struct token_fn {
   T* grad_entropy;  // null unless an entropy term is on
   bool kept_denominator;
 
+  // Adds the tokens [t0, t1) of response i to p and writes their gradients. The per-response
+  // values (advantage, weight, coefficients) are read once; CPU reductions call this once per
+  // response segment and device reductions one token at a time through operator().
+  RECO_HOST_DEVICE void accumulate_range(token_partial& p, index_t i, index_t t0, index_t t1) const {
+    const double adv = r.adv[i];
+    const double seq = r.seq_log ? r.seq_log[i] : 0.0;
+    const double quantile = r.entropy_q ? r.entropy_q[i] : 0.0;
+    const index_t n = r.length[i];
+    const double coef_policy = r.coef_policy
+                                   ? r.coef_policy[i]
+                                   : obj.aggregate.coefficient(s->policy, kept_denominator ? r.kept[i] : n);
+    const double policy_scale = coef_policy * r.weight[i];
+    const double coef = r.coef_valid ? r.coef_valid[i] : obj.aggregate.coefficient(s->valid, n);
+    // Thirds of the valid span: third k holds d = t - first with floor(3 d / span) == k, i.e.
+    // d >= ceil(k span / 3) (a division by the constant 3, not by span, per response).
+    const index_t first = r.first[i], span_len = r.last[i] - first + 1;
+    const index_t cut1 = first + (span_len + 2) / 3, cut2 = first + (2 * span_len + 2) / 3;
+
+    for (index_t t = t0; t < t1; ++t) {
+      if (!b.valid(t)) {
+        grad_logp[t] = T(0);
+        if (grad_entropy) grad_entropy[t] = T(0);
+        continue;
+      }
+      token_context c;
+      c.logp = static_cast<double>(b.logp[t]);
+      c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
+      c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
+      c.advantage = adv;
+      c.sequence_log_ratio = seq;
+      c.entropy_quantile = quantile;
+      double grad = 0;
+      p.valid += 1;
+
+      if (kept == nullptr || kept[t]) {
+        const surrogate_value sv = policy_surrogate(obj, c);
+        const double scale = b.token_weights ? policy_scale * static_cast<double>(b.token_weights[t]) : policy_scale;
+        p.policy += scale * sv.loss;
+        grad += scale * sv.grad;
+        p.policy_tokens += 1;
+        if (sv.clipped) {
+          p.clipped += 1;
+          if (adv < 0) p.clip_low += 1;
+          if (adv > 0) p.clip_high += 1;
+        }
+        if (sv.dual) p.dual += 1;
+        p.ppo_kl += c.old_logp - c.logp;
+        p.ratio_sum += sv.x;
+        p.ratio_min = sv.x < p.ratio_min ? sv.x : p.ratio_min;
+        p.ratio_max = sv.x > p.ratio_max ? sv.x : p.ratio_max;
+        p.entropy_kept_sum += c.entropy;
+      }
+      if constexpr (Obj::kl_type::active) {
+        const kl_value k = obj.kl.eval(c.logp, static_cast<double>(b.ref_logp[t]));
+        p.kl += obj.kl.params.beta * coef * k.value;
+        grad += obj.kl.params.beta * coef * k.grad;
+        p.kl_sum += k.value;
+      }
+      if constexpr (Obj::entropy_type::active) {
+        p.entropy -= obj.entropy.params.coef * coef * c.entropy;
+        grad_entropy[t] = static_cast<T>(-obj.entropy.params.coef * coef);
+      } else {
+        if (grad_entropy) grad_entropy[t] = T(0);
+      }
+      p.entropy_sum += c.entropy;
+      const int third = (t >= cut1 ? 1 : 0) + (t >= cut2 ? 1 : 0);
+      p.var_sum[third] += bernoulli_variance(c.logp, 0.0);
+      p.var_count[third] += 1;
+      grad_logp[t] = static_cast<T>(grad);
+    }
+  }
+
   RECO_HOST_DEVICE token_partial operator()(index_t i, index_t t) const {
     token_partial p;
-    if (!b.valid(t)) {
-      grad_logp[t] = T(0);
-      if (grad_entropy) grad_entropy[t] = T(0);
-      return p;
-    }
-    token_context c;
-    c.logp = static_cast<double>(b.logp[t]);
-    c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
-    c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
-    c.advantage = r.adv[i];
-    if (r.seq_log) c.sequence_log_ratio = r.seq_log[i];
-    if (r.entropy_q) c.entropy_quantile = r.entropy_q[i];
-    const index_t n = r.length[i];
-    double grad = 0;
-    p.valid = 1;
-
-    if (kept == nullptr || kept[t]) {
-      const surrogate_value sv = policy_surrogate(obj, c);
-      const index_t n_pg = kept_denominator ? r.kept[i] : n;
-      double scale = obj.aggregate.coefficient(s->policy, n_pg) * r.weight[i];
-      if (b.token_weights) scale *= static_cast<double>(b.token_weights[t]);
-      p.policy = scale * sv.loss;
-      grad += scale * sv.grad;
-      p.policy_tokens = 1;
-      p.clipped = sv.clipped ? 1 : 0;
-      p.clip_low = sv.clipped && c.advantage < 0 ? 1 : 0;
-      p.clip_high = sv.clipped && c.advantage > 0 ? 1 : 0;
-      p.dual = sv.dual ? 1 : 0;
-      p.ppo_kl = c.old_logp - c.logp;
-      p.ratio_sum = sv.x;
-      p.ratio_min = sv.x;
-      p.ratio_max = sv.x;
-      p.entropy_kept_sum = c.entropy;
-    }
-
-    const double coef = obj.aggregate.coefficient(s->valid, n);
-    if constexpr (Obj::kl_type::active) {
-      const kl_value k = obj.kl.eval(c.logp, static_cast<double>(b.ref_logp[t]));
-      p.kl = obj.kl.params.beta * coef * k.value;
-      grad += obj.kl.params.beta * coef * k.grad;
-      p.kl_sum = k.value;
-    }
-    if constexpr (Obj::entropy_type::active) {
-      p.entropy = -obj.entropy.params.coef * coef * c.entropy;
-      grad_entropy[t] = static_cast<T>(-obj.entropy.params.coef * coef);
-    } else {
-      if (grad_entropy) grad_entropy[t] = T(0);
-    }
-    p.entropy_sum = c.entropy;
-    // Token variance p(1 - p) by thirds of the response's valid span.
-    const index_t first = r.first[i], span_len = r.last[i] - first + 1;
-    int third = static_cast<int>((3 * (t - first)) / span_len);
-    third = third > 2 ? 2 : third;
-    p.var_sum[third] = ::exp(c.logp) * -::expm1(c.logp);
-    p.var_count[third] = 1;
-    grad_logp[t] = static_cast<T>(grad);
+    accumulate_range(p, i, t, t + 1);
     return p;
   }
 };

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <thrust/for_each.h>
@@ -27,6 +28,15 @@
 
 RECO_NAMESPACE_BEGIN
 
+namespace detail {
+template <class F, class Acc, class = void>
+struct has_accumulate_range : std::false_type {};
+template <class F, class Acc>
+struct has_accumulate_range<F, Acc,
+                            std::void_t<decltype(std::declval<const F&>().accumulate_range(
+                                std::declval<Acc&>(), index_t{}, index_t{}, index_t{}))>> : std::true_type {};
+}  // namespace detail
+
 struct cpu {
   // Data handed to the CPU backend lives in host memory and can be read directly.
   static constexpr bool host_accessible = true;
@@ -43,6 +53,16 @@ struct cpu {
   }
   static void release_scratch(scratch_state& st) { std::vector<unsigned char>().swap(st.partials); }
 
+  // Below this many tokens a call runs on the calling thread: an OpenMP team's fork and join
+  // cost more than the work (and results are the same bits either way).
+  static constexpr index_t serial_below = index_t(1) << 16;
+  bool serial = false;
+  cpu for_work(index_t tokens) const {
+    cpu c = *this;
+    c.serial = serial || tokens < serial_below;
+    return c;
+  }
+
   static auto policy() {
 #if defined(_OPENMP)
     return thrust::omp::par;
@@ -54,6 +74,10 @@ struct cpu {
   template <class F>
   void for_each(index_t n, F f) const {
     if (n <= 0) return;
+    if (serial || n == 1) {
+      for (index_t i = 0; i < n; ++i) f(i);
+      return;
+    }
     thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
   }
 
@@ -88,9 +112,19 @@ struct cpu {
       Acc acc{};
       const index_t b = c * chunk, e = std::min(n, b + chunk);
       index_t i = layout.response_of(b);
-      for (index_t t = b; t < e; ++t) {
-        while (t >= layout.end(i)) ++i;
-        acc = merge(acc, f(i, t));
+      if constexpr (detail::has_accumulate_range<F, Acc>::value) {
+        // One (vectorised) call per response segment of the chunk, accumulating in place.
+        for (index_t t = b; t < e;) {
+          while (t >= layout.end(i)) ++i;
+          const index_t stop = std::min(e, layout.end(i));
+          f.accumulate_range(acc, i, t, stop);
+          t = stop;
+        }
+      } else {
+        for (index_t t = b; t < e; ++t) {
+          while (t >= layout.end(i)) ++i;
+          acc = merge(acc, f(i, t));
+        }
       }
       new (parts + c) Acc(acc);
     });

@@ -105,6 +105,9 @@ struct cuda {
 
   auto policy() const { return thrust::cuda::par_nosync.on(stream); }
 
+  // The device sizes every launch from its own arguments: nothing to adapt.
+  cuda for_work(index_t) const { return *this; }
+
   void* allocate(std::size_t bytes) const {
     void* p = nullptr;
     detail::cuda_check(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync");

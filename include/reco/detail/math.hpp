@@ -22,13 +22,13 @@ RECO_HOST_DEVICE inline double sigmoid(double x) {
   const double e = ::exp(x);
   return e / (1.0 + e);
 }
-// log(q (1 - q)) for q = exp(logq), floored at log_floor; exact near q -> 1 through expm1 and
-// well defined (the floor) at q = 0 and q = 1.
-RECO_HOST_DEVICE inline double log_bernoulli_variance(double logq, double log_floor) {
-  const double one_minus_q = -::expm1(logq);
-  if (!(one_minus_q > 0.0)) return log_floor;  // q >= 1 (or NaN): saturated
-  const double v = logq + ::log(one_minus_q);
-  return v > log_floor ? v : log_floor;
+// q (1 - q) for q = exp(logq), floored: 1 - q from 1 - exp when q < 1/2 (no cancellation there)
+// and from -expm1 above, so that it is exact as q -> 1. q = 0 and q = 1 give the floor.
+RECO_HOST_DEVICE inline double bernoulli_variance(double logq, double floor) {
+  const double q = ::exp(logq);
+  const double one_minus_q = q < 0.5 ? 1.0 - q : -::expm1(logq);
+  const double v = q * one_minus_q;
+  return v > floor ? v : floor;
 }
 // A value is "inside a clamp" when the clamp does not bite: its derivative passes through.
 RECO_HOST_DEVICE inline bool inside(double x, double lo, double hi) { return x >= lo && x <= hi; }

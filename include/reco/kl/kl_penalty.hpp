@@ -52,12 +52,13 @@ struct kl_penalty {
           passes = false;
         }
         // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d|.
-        double v = ::expm1(e) - e;
+        const double em1 = ::expm1(e);
+        double v = em1 - e;
         if (params.clamp && (v > 10.0 || v < -10.0)) {
           v = detail::clampd(v, -10.0, 10.0);
           passes = false;
         }
-        k = {v, passes ? -::expm1(e) : 0.0};
+        k = {v, passes ? -em1 : 0.0};
         break;
       }
     }

@@ -1,13 +1,14 @@
 // ReCo's token variance ratio  v = p (1 - sg p) / (p_old (1 - p_old)),  p = exp(logp).
 // Its gradient weight is v itself: d/dlogp of p (1 - sg p) is p (1 - p).
 //
-// Numerics. Both Bernoulli variances are formed in log space, log(q(1-q)) = log q + log(-expm1(log q)),
-// which is exact as q -> 1, and each is floored at variance_floor so that a saturated token
-// (q = 1 or q = 0 exactly, common with bf16 log-probs) gives a finite ratio instead of 0/0:
+// Numerics. 1 - p comes from -expm1(logp) when p > 1/2, so it is exact as p -> 1, and each Bernoulli
+// variance is floored at variance_floor so that a saturated token (p = 1 or p = 0 exactly, common
+// with bf16 log-probs) gives a finite ratio instead of 0/0:
 //   v = max(p(1-p), floor) / max(p_old(1-p_old), floor),  d v / d logp = v.
 // With the floor equal on both sides, v = 1 exactly whenever logp == old_logp, so the on-policy
-// identity (variance ratio == token ratio == 1) holds even at saturation. The log of v is clamped
-// like the token ratio's (+-20 by default; derivative 0 beyond).
+// identity (variance ratio == token ratio == 1) holds even at saturation. The floor also bounds v
+// (no overflow), so the ratio is formed in linear space; its log is clamped like the token
+// ratio's (+-20 by default; derivative 0 beyond), by comparing v with e^{+-20}.
 #pragma once
 
 #include <cmath>
@@ -29,6 +30,17 @@ struct variance_ratio {
   };
   params_type params{};
 
+  // e^{+-log_ratio_clamp}, derived from params on the host before a call (see prepare()).
+  struct derived_type {
+    double upper = 0;  // 0: not prepared, computed on the fly
+    double lower = 0;
+  };
+  derived_type derived{};
+  void prepare() {
+    derived.upper = ::exp(params.log_ratio_clamp);
+    derived.lower = ::exp(-params.log_ratio_clamp);
+  }
+
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {
     using detail::check_param;
@@ -42,11 +54,15 @@ struct variance_ratio {
   static constexpr bool needs_probabilities = true;  // logp and old_logp must be <= 0
 
   RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
-    const double log_floor = ::log(params.variance_floor);
-    const double lv = detail::log_bernoulli_variance(c.logp, log_floor) -
-                      detail::log_bernoulli_variance(c.old_logp, log_floor);
-    bool passes;
-    const double v = detail::clamped_exp(lv, params.log_ratio_clamp, passes);
+    double v = detail::bernoulli_variance(c.logp, params.variance_floor) /
+               detail::bernoulli_variance(c.old_logp, params.variance_floor);
+    bool passes = true;
+    if (params.log_ratio_clamp > 0) {
+      const double hi = derived.upper > 0 ? derived.upper : ::exp(params.log_ratio_clamp);
+      const double lo = derived.upper > 0 ? derived.lower : ::exp(-params.log_ratio_clamp);
+      if (v > hi) { v = hi; passes = false; }
+      else if (v < lo) { v = lo; passes = false; }
+    }
     return {v, passes ? v : 0.0, false, false};
   }
 };
