@@ -1,0 +1,36 @@
+// Runs an objective on reco::cuda for a run_request: PyTorch's current stream, scratch from the
+// caching allocator, the result packed into a device array. nvcc only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "reco/backend/cuda.cuh"
+#include "reco/backend/workspace.hpp"
+#include "reco/torch/cuda_memory.hpp"
+#include "reco/torch/detail/request.hpp"
+#include "reco/torch/stats.hpp"
+
+namespace reco::torch::detail {
+
+// A template so that every translation unit may define it.
+template <int = 0>
+__global__ void pack_stats_kernel(const objective_result* r, double* out) {
+  pack_stats(*r, out);
+}
+
+// Enqueues the objective and the packing of its result into q.stats_out; no host
+// synchronisation. The workspace returns its memory to the caching allocator at the end of the
+// call, stream-ordered after the kernels that use it.
+template <class Objective>
+void run_cuda(const Objective& obj, const run_request& q) {
+  const auto stream = static_cast<cudaStream_t>(q.stream);
+  caching_allocator_resource resource(stream);
+  reco::workspace<reco::cuda> ws(&resource);
+  const reco::cuda backend(stream);
+  const objective_result* r = q.use_double ? obj.run(backend, q.batch_d, q.grads_d, ws, q.norm)
+                                           : obj.run(backend, q.batch_f, q.grads_f, ws, q.norm);
+  pack_stats_kernel<<<1, 1, 0, stream>>>(r, q.stats_out);
+  reco::detail::cuda_check(cudaGetLastError(), "pack_stats_kernel");
+}
+
+}  // namespace reco::torch::detail

@@ -1,0 +1,56 @@
+// The LibTorch-free seam between the adapter (tensors, validation, autograd) and the objective
+// calls (templated on the objective and the backend). The adapter turns tensors into one
+// run_request; a runner executes the objective on it. Keeping this header free of LibTorch keeps
+// the translation units that instantiate the objectives light.
+#pragma once
+
+#include <functional>
+
+#include "reco/batch.hpp"
+#include "reco/result.hpp"
+
+namespace reco::torch::detail {
+
+// What an objective type reads, so that the adapter can name a missing input by its own
+// argument name before any work starts.
+struct objective_needs {
+  bool rewards = false;
+  bool advantages = false;
+  bool ref_logp = false;
+  bool entropy = false;
+  bool response_weights = false;
+  bool entropy_gradient = false;  // d loss / d entropy is written (an entropy term is on)
+};
+
+template <class Objective>
+constexpr objective_needs needs_of() {
+  objective_needs n;
+  n.rewards = Objective::needs_rewards;
+  n.advantages = Objective::needs_advantages;
+  n.ref_logp = Objective::needs_ref_logp;
+  n.entropy = Objective::needs_entropy;
+  n.response_weights = Objective::needs_response_weights;
+  n.entropy_gradient = Objective::has_entropy_gradient;
+  return n;
+}
+
+// One call, with every array already contiguous, on one device and in the compute type.
+struct run_request {
+  bool use_double = false;  // batch_d/grads_d when true, batch_f/grads_f otherwise
+  batch_view<float> batch_f;
+  gradients<float> grads_f;
+  batch_view<double> batch_d;
+  gradients<double> grads_d;
+  normalisers norm;
+  // CUDA only: the device, PyTorch's current stream on it, and where the packed diagnostics
+  // (reco::torch::stats_size doubles, device memory) are written, stream-ordered.
+  int device = -1;
+  void* stream = nullptr;
+  double* stats_out = nullptr;
+};
+
+// A runner executes the objective. On the CPU it returns the result (and throws on bad data);
+// on CUDA it enqueues the work and the packing of the result into request.stats_out.
+using runner = std::function<void(const run_request&, objective_result& host_result)>;
+
+}  // namespace reco::torch::detail

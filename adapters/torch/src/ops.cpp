@@ -1,0 +1,86 @@
+// torch.ops.reco.*: the adapter as registered operators, for Python trainers.
+//
+//   torch.ops.load_library("build/adapters/torch/libreco_torch_ops.so")
+//   loss, stats = torch.ops.reco.policy_loss("reco", logp, old_logp=old, ref_logp=ref, mask=mask,
+//                                            rewards=rewards, group_offsets=groups,
+//                                            overrides={"clip.eps_high": 0.28})
+//   logp, entropy = torch.ops.reco.token_logp_entropy(logits, tokens, 0.7)
+//
+// The kernels are registered as CompositeImplicitAutograd: they run above the autograd layer, so
+// the autograd functions inside them build the graph and backward works from Python.
+#include <torch/library.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "reco/torch/policy_loss.hpp"
+#include "reco/torch/token_logp_entropy.hpp"
+
+namespace {
+
+at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+
+std::tuple<at::Tensor, at::Tensor> policy_loss_op(
+    const std::string& preset, const at::Tensor& logp, const c10::optional<at::Tensor>& old_logp,
+    const c10::optional<at::Tensor>& ref_logp, const c10::optional<at::Tensor>& entropy,
+    const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& offsets,
+    const c10::optional<at::Tensor>& rewards, const c10::optional<at::Tensor>& advantages,
+    const c10::optional<at::Tensor>& group_offsets, const c10::optional<at::Tensor>& prompt_ids,
+    const c10::optional<at::Tensor>& token_weights, const c10::optional<at::Tensor>& response_weights,
+    const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t global_tokens, int64_t global_responses,
+    int64_t global_kept_tokens, int64_t global_kept_responses, bool host_stats) {
+  reco::torch::policy_inputs in;
+  in.logp = logp;
+  in.old_logp = or_undefined(old_logp);
+  in.ref_logp = or_undefined(ref_logp);
+  in.entropy = or_undefined(entropy);
+  in.mask = or_undefined(mask);
+  in.offsets = or_undefined(offsets);
+  in.rewards = or_undefined(rewards);
+  in.advantages = or_undefined(advantages);
+  in.group_offsets = or_undefined(group_offsets);
+  in.prompt_ids = or_undefined(prompt_ids);
+  in.token_weights = or_undefined(token_weights);
+  in.response_weights = or_undefined(response_weights);
+  in.normalisers.tokens = global_tokens;
+  in.normalisers.responses = global_responses;
+  in.normalisers.kept_tokens = global_kept_tokens;
+  in.normalisers.kept_responses = global_kept_responses;
+  in.host_stats = host_stats;
+  std::map<std::string, double> ov;
+  if (overrides.has_value())
+    for (const auto& kv : *overrides) ov[kv.key()] = kv.value();
+  reco::torch::policy_output out = reco::torch::policy_loss(preset, in, ov);
+  return {out.loss, out.stats_tensor};
+}
+
+std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logits, const at::Tensor& tokens,
+                                                         double temperature,
+                                                         const c10::optional<at::Tensor>& row_mask) {
+  return reco::torch::token_logp_entropy(logits, tokens, temperature, or_undefined(row_mask));
+}
+
+std::vector<std::string> stat_names_op() { return reco::torch::stat_names(); }
+std::vector<std::string> presets_op() { return reco::torch::preset_names(); }
+std::vector<std::string> override_keys_op(const std::string& preset) { return reco::torch::override_keys(preset); }
+
+}  // namespace
+
+TORCH_LIBRARY(reco, m) {
+  m.def(
+      "policy_loss(str preset, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
+      "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
+      "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
+      "Tensor? response_weights=None, Dict(str, float)? overrides=None, int global_tokens=0, "
+      "int global_responses=0, int global_kept_tokens=0, int global_kept_responses=0, bool host_stats=True) "
+      "-> (Tensor, Tensor)",
+      &policy_loss_op);
+  m.def("token_logp_entropy(Tensor logits, Tensor tokens, float temperature=1.0, Tensor? row_mask=None) "
+        "-> (Tensor, Tensor)",
+        &token_logp_entropy_op);
+  m.def("stat_names() -> str[]", &stat_names_op);
+  m.def("presets() -> str[]", &presets_op);
+  m.def("override_keys(str preset) -> str[]", &override_keys_op);
+}

@@ -1,0 +1,324 @@
+// reco::torch::policy_loss: tensor validation and conversion, the autograd node, the presets by
+// name.
+#include "reco/torch/policy_loss.hpp"
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "presets.hpp"
+#include "reco/batch_ops/prompt_groups.hpp"
+
+#if RECO_TORCH_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace reco::torch {
+namespace {
+
+using reco::detail::fail;
+
+std::string shape_of(const at::Tensor& x) {
+  std::ostringstream s;
+  s << x.sizes();
+  return s.str();
+}
+
+std::string dtype_of(const at::Tensor& x) { return c10::toString(x.scalar_type()); }
+
+bool floating(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+
+void check_device(const at::Tensor& x, const char* name, const at::Device& device) {
+  if (x.device() != device)
+    fail(name, "is on " + x.device().str() + " but logp is on " + device.str() + " (all inputs must be on one device)");
+}
+
+void check_floating(const at::Tensor& x, const char* name) {
+  if (!floating(x.scalar_type()))
+    fail(name, "must be float32, float64, bfloat16 or float16, got " + dtype_of(x));
+}
+
+// A per-token input: same shape and device as logp, converted to the compute type, contiguous.
+at::Tensor token_input(const at::Tensor& x, const char* name, const at::Tensor& logp, at::ScalarType ct) {
+  if (!x.defined()) return {};
+  check_floating(x, name);
+  check_device(x, name, logp.device());
+  if (x.sizes() != logp.sizes()) fail(name, "has shape " + shape_of(x) + ", expected the shape of logp " + shape_of(logp));
+  return x.detach().to(ct).contiguous();
+}
+
+// A per-response input: [R], converted to the compute type.
+at::Tensor response_input(const at::Tensor& x, const char* name, index_t R, const at::Device& device,
+                          at::ScalarType ct) {
+  if (!x.defined()) return {};
+  check_floating(x, name);
+  check_device(x, name, device);
+  if (x.dim() != 1 || x.size(0) != R)
+    fail(name, "has shape " + shape_of(x) + ", expected one entry per response [" + std::to_string(R) + "]");
+  return x.detach().to(ct).contiguous();
+}
+
+// Offsets: 1-D int64 (int32 is widened), at least one entry.
+at::Tensor offsets_input(const at::Tensor& x, const char* name, const at::Device& device) {
+  if (x.scalar_type() != at::kLong && x.scalar_type() != at::kInt)
+    fail(name, "must be int64 (or int32), got " + dtype_of(x));
+  check_device(x, name, device);
+  if (x.dim() != 1 || x.numel() < 1) fail(name, "must be 1-D with at least one entry ({0}), got shape " + shape_of(x));
+  return x.to(at::kLong).contiguous();
+}
+
+template <class T>
+span<const T> view_of(const at::Tensor& x) {
+  if (!x.defined()) return {};
+  return span<const T>(x.data_ptr<T>(), x.numel());
+}
+
+// Everything one call needs, prepared before the autograd node runs.
+struct prepared_call {
+  detail::run_request request;
+  const detail::runner* run = nullptr;
+  bool cuda = false;
+  bool host_stats = true;
+  at::ScalarType compute = at::kFloat;
+  at::Device device = at::kCPU;
+  // Owners of the converted inputs the request points into.
+  std::vector<at::Tensor> keep;
+  at::Tensor grad_logp;     // [N] compute type
+  at::Tensor grad_entropy;  // [N] compute type, when an entropy term is on
+  // Outputs.
+  at::Tensor stats;
+  objective_result result;
+};
+
+// Runs the objective; returns the 0-dim loss.
+at::Tensor execute(prepared_call& c) {
+  if (!c.cuda) {
+    (*c.run)(c.request, c.result);
+    c.stats = at::empty({stats_size}, at::TensorOptions().dtype(at::kDouble));
+    pack_stats(c.result, c.stats.data_ptr<double>());
+    return at::scalar_tensor(c.result.loss, at::TensorOptions().dtype(c.compute));
+  }
+  c.stats = at::empty({stats_size}, at::TensorOptions().dtype(at::kDouble).device(c.device));
+  c.request.stats_out = c.stats.data_ptr<double>();
+  (*c.run)(c.request, c.result);
+  at::Tensor loss = c.stats.select(0, 0).to(c.compute, /*non_blocking=*/false, /*copy=*/true);
+  if (c.host_stats) {
+    const at::Tensor host = c.stats.to(at::kCPU);
+    c.result = unpack_stats(host.data_ptr<double>());
+    throw_if_error(c.result.status);
+  }
+  return loss;
+}
+
+// The autograd node: the forward runs the objective (which writes the per-token gradients), the
+// backward scales those gradients by the incoming one.
+class policy_loss_function : public ::torch::autograd::Function<policy_loss_function> {
+ public:
+  static at::Tensor forward(::torch::autograd::AutogradContext* ctx, const at::Tensor& logp,
+                            const c10::optional<at::Tensor>& entropy, prepared_call* call) {
+    at::Tensor loss = execute(*call);
+    ctx->saved_data["grad_logp"] = call->grad_logp.view(logp.sizes());
+    ctx->saved_data["logp_dtype"] = static_cast<std::int64_t>(logp.scalar_type());
+    if (entropy.has_value() && entropy->defined() && call->grad_entropy.defined()) {
+      ctx->saved_data["grad_entropy"] = call->grad_entropy.view(entropy->sizes());
+      ctx->saved_data["entropy_dtype"] = static_cast<std::int64_t>(entropy->scalar_type());
+    }
+    return loss;
+  }
+
+  static ::torch::autograd::variable_list backward(::torch::autograd::AutogradContext* ctx,
+                                                   ::torch::autograd::variable_list grad_outputs) {
+    // The saved gradients are constants: a graph built through them would be silently wrong.
+    if (at::GradMode::is_enabled())
+      fail("logp", "reco::torch::policy_loss does not provide second derivatives (create_graph=True)");
+    const at::Tensor& g = grad_outputs[0];
+    auto scaled = [&](const char* grad_key, const char* dtype_key) -> at::Tensor {
+      const auto it = ctx->saved_data.find(grad_key);
+      if (it == ctx->saved_data.end()) return {};
+      const auto dtype = static_cast<at::ScalarType>(ctx->saved_data[dtype_key].toInt());
+      const at::Tensor saved = it->second.toTensor();
+      return (saved * g.to(saved.scalar_type())).to(dtype);
+    };
+    return {scaled("grad_logp", "logp_dtype"), scaled("grad_entropy", "entropy_dtype"), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+namespace detail {
+
+policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& needs, const runner& cpu,
+                               const runner& cuda) {
+  if (!in.logp.defined()) fail("logp", "is required");
+  check_floating(in.logp, "logp");
+  const at::Tensor& logp = in.logp;
+  const at::Device device = logp.device();
+  if (!device.is_cpu() && !device.is_cuda())
+    fail("logp", "is on " + device.str() + "; reco::torch runs on CPU and CUDA tensors");
+
+  prepared_call c;
+  c.device = device;
+  c.cuda = device.is_cuda();
+  c.host_stats = in.host_stats;
+  c.compute = logp.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::ScalarType ct = c.compute;
+
+  // Layout.
+  const bool packed = in.offsets.defined();
+  index_t R = 0, max_len = 0;
+  at::Tensor offsets;
+  if (packed) {
+    if (logp.dim() != 1)
+      fail("logp", "must be 1-D [N] when offsets are given (packed layout), got shape " + shape_of(logp));
+    offsets = offsets_input(in.offsets, "offsets", device);
+    R = offsets.numel() - 1;
+  } else {
+    if (logp.dim() != 2)
+      fail("logp", "must be [R, T] (padded layout, with mask) or [N] with offsets (packed layout), got shape " +
+                       shape_of(logp));
+    R = logp.size(0);
+    max_len = logp.size(1);
+  }
+
+  // Inputs the objective requires, named by this function's argument names.
+  if (needs.rewards && !in.rewards.defined()) fail("rewards", "is required by this objective's advantage estimator");
+  if (needs.advantages && !in.advantages.defined()) fail("advantages", "is required by reco::given_advantage");
+  if (needs.ref_logp && !in.ref_logp.defined()) fail("ref_logp", "is required by the KL term");
+  if (needs.entropy && !in.entropy.defined())
+    fail("entropy", "is required by this objective (token selector, entropy-split clip or entropy bonus)");
+  if (needs.response_weights && !in.response_weights.defined())
+    fail("response_weights", "is required by reco::caller_weight");
+
+  // Per-token and per-response values in the compute type.
+  const at::Tensor lp = logp.detach().to(ct).contiguous();
+  const at::Tensor old_lp = token_input(in.old_logp, "old_logp", logp, ct);
+  const at::Tensor ref_lp = token_input(in.ref_logp, "ref_logp", logp, ct);
+  const at::Tensor ent = token_input(in.entropy, "entropy", logp, ct);
+  const at::Tensor tw = token_input(in.token_weights, "token_weights", logp, ct);
+  const at::Tensor rewards = response_input(in.rewards, "rewards", R, device, ct);
+  const at::Tensor adv = response_input(in.advantages, "advantages", R, device, ct);
+  const at::Tensor rw = response_input(in.response_weights, "response_weights", R, device, ct);
+
+  at::Tensor mask;
+  if (in.mask.defined()) {
+    if (in.mask.scalar_type() != at::kBool && in.mask.scalar_type() != at::kByte)
+      fail("mask", "must be bool or uint8, got " + dtype_of(in.mask));
+    check_device(in.mask, "mask", device);
+    if (in.mask.sizes() != logp.sizes())
+      fail("mask", "has shape " + shape_of(in.mask) + ", expected the shape of logp " + shape_of(logp));
+    mask = in.mask.contiguous();
+  }
+
+  // Groups: given offsets, or built from contiguous prompt ids.
+  at::Tensor groups;
+  if (in.group_offsets.defined() && in.prompt_ids.defined())
+    fail("prompt_ids", "give either group_offsets or prompt_ids, not both");
+  if (in.group_offsets.defined()) {
+    groups = offsets_input(in.group_offsets, "group_offsets", device);
+  } else if (in.prompt_ids.defined()) {
+    const at::Tensor& ids = in.prompt_ids;
+    if (!at::isIntegralType(ids.scalar_type(), /*includeBool=*/false))
+      fail("prompt_ids", "must be an integer tensor, got " + dtype_of(ids));
+    check_device(ids, "prompt_ids", device);
+    if (ids.dim() != 1 || ids.size(0) != R)
+      fail("prompt_ids", "has shape " + shape_of(ids) + ", expected one id per response [" + std::to_string(R) + "]");
+    // R ids: small; on CUDA this is the call's one extra host round trip.
+    const at::Tensor host_ids = ids.to(at::kCPU, at::kLong).contiguous();
+    const std::vector<index_t> go =
+        group_offsets_from_prompt_ids(span<const index_t>(host_ids.data_ptr<index_t>(), host_ids.numel()));
+    groups = at::tensor(go, at::TensorOptions().dtype(at::kLong)).to(device);
+  } else {
+    fail("group_offsets", "is required (or give prompt_ids): advantages and response weights are per prompt group");
+  }
+
+  // Gradients: every token is written by the objective (0 for invalid ones).
+  const index_t N = logp.numel();
+  const auto opts = at::TensorOptions().dtype(ct).device(device);
+  c.grad_logp = at::empty({N}, opts);
+  if (needs.entropy_gradient) c.grad_entropy = at::empty({N}, opts);
+
+  c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups};
+  auto fill = [&](auto tag, auto& batch, auto& grads) {
+    using T = decltype(tag);
+    batch.layout = packed ? reco::packed(span<const index_t>(offsets.data_ptr<index_t>(), offsets.numel()))
+                          : reco::padded(R, max_len);
+    batch.group_offsets = span<const index_t>(groups.data_ptr<index_t>(), groups.numel());
+    batch.logp = view_of<T>(lp);
+    batch.old_logp = view_of<T>(old_lp);
+    batch.ref_logp = view_of<T>(ref_lp);
+    batch.entropy = view_of<T>(ent);
+    batch.token_weights = view_of<T>(tw);
+    batch.rewards = view_of<T>(rewards);
+    batch.advantages = view_of<T>(adv);
+    batch.response_weights = view_of<T>(rw);
+    if (mask.defined()) batch.mask = span<const std::uint8_t>(static_cast<const std::uint8_t*>(mask.data_ptr()), N);
+    grads.logp = span<T>(c.grad_logp.data_ptr<T>(), N);
+    if (c.grad_entropy.defined()) grads.entropy = span<T>(c.grad_entropy.data_ptr<T>(), N);
+  };
+  c.request.use_double = ct == at::kDouble;
+  if (c.request.use_double)
+    fill(double{}, c.request.batch_d, c.request.grads_d);
+  else
+    fill(float{}, c.request.batch_f, c.request.grads_f);
+  c.request.norm = in.normalisers;
+
+  if (c.cuda) {
+#if RECO_TORCH_WITH_CUDA
+    if (!cuda)
+      fail("logp", "is a CUDA tensor, but this objective type was compiled for the CPU only: call "
+                   "reco::torch::policy_loss(obj, ...) from a .cu translation unit, or use a preset by name");
+    c.run = &cuda;
+#else
+    (void)cuda;
+    fail("logp", "is a CUDA tensor, but reco_torch was built without CUDA");
+#endif
+  } else {
+    c.run = &cpu;
+  }
+
+#if RECO_TORCH_WITH_CUDA
+  c10::optional<c10::cuda::CUDAGuard> guard;
+  if (c.cuda) {
+    guard.emplace(device);
+    c.request.device = device.index();
+    c.request.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  }
+#endif
+
+  c10::optional<at::Tensor> entropy_arg;
+  if (needs.entropy_gradient && in.entropy.defined()) entropy_arg = in.entropy;
+  policy_output out;
+  out.loss = policy_loss_function::apply(logp, entropy_arg, &c);
+  out.stats = c.result;
+  out.stats_tensor = c.stats;
+  return out;
+}
+
+}  // namespace detail
+
+const std::vector<std::string>& preset_names() { return detail::preset_list(); }
+
+std::vector<std::string> override_keys(const std::string& preset) {
+  return detail::with_preset(preset, [](auto obj) { return detail::parameter_keys(obj); });
+}
+
+policy_output policy_loss(const std::string& preset, const policy_inputs& in,
+                          const std::map<std::string, double>& overrides) {
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
+  const detail::runner cpu = [&](const detail::run_request& q, objective_result& out) {
+    detail::run_preset_cpu(preset, overrides, q, out);
+  };
+  detail::runner cuda;
+#if RECO_TORCH_WITH_CUDA
+  cuda = [&](const detail::run_request& q, objective_result&) { detail::run_preset_cuda(preset, overrides, q); };
+#endif
+  return detail::policy_loss_impl(in, needs, cpu, cuda);
+}
+
+}  // namespace reco::torch

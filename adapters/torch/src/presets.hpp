@@ -1,0 +1,23 @@
+// The presets by name, compiled once into reco_torch (LibTorch-free declarations).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "reco/torch/detail/request.hpp"
+
+namespace reco::torch::detail {
+
+using override_map = std::map<std::string, double>;
+
+// What the preset reads; throws reco::error for an unknown preset, an unknown override key or a
+// parameter out of range.
+objective_needs preset_needs(const std::string& preset, const override_map& overrides);
+
+void run_preset_cpu(const std::string& preset, const override_map& overrides, const run_request& q,
+                    objective_result& out);
+
+// Defined only when reco_torch is built with CUDA (RECO_TORCH_WITH_CUDA).
+void run_preset_cuda(const std::string& preset, const override_map& overrides, const run_request& q);
+
+}  // namespace reco::torch::detail

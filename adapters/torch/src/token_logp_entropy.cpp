@@ -1,0 +1,305 @@
+// reco::torch::token_logp_entropy: the autograd function over the reco::logits kernels.
+#include "reco/torch/token_logp_entropy.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "logits_call.hpp"
+#include "reco/logits/logp_entropy.hpp"
+
+#if RECO_TORCH_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace reco::torch {
+namespace {
+
+using reco::detail::fail;
+
+std::string shape_of(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << s;
+  return o.str();
+}
+
+detail::logit_type logit_type_of(const at::Tensor& logits) {
+  switch (logits.scalar_type()) {
+    case at::kFloat: return detail::logit_type::f32;
+    case at::kDouble: return detail::logit_type::f64;
+    case at::kBFloat16: return detail::logit_type::bf16;
+    case at::kHalf: return detail::logit_type::f16;
+    default:
+      fail("logits", std::string("must be float32, float64, bfloat16 or float16, got ") +
+                         c10::toString(logits.scalar_type()));
+  }
+}
+
+// The logits as blocks of rows with one row stride each: a [N, V] tensor with strided rows is one
+// block; a [R, T, V] tensor is one block when its rows are equally spaced, else one block per
+// leading index (logits[:, :-1, :] of a [R, T + 1, V] tensor, read without a copy).
+struct row_blocks {
+  index_t vocab = 0, row_stride = 0;
+  index_t count = 1, rows_per_block = 0;  // count blocks of rows_per_block rows
+  index_t block_stride = 0;               // elements between block starts in the logits
+
+  index_t rows() const { return count * rows_per_block; }
+};
+
+row_blocks blocks_of(const at::Tensor& logits) {
+  if (logits.dim() != 2 && logits.dim() != 3)
+    fail("logits", "must be [N, V] or [R, T, V], got shape " + shape_of(logits.sizes()));
+  row_blocks b;
+  b.vocab = logits.size(-1);
+  if (b.vocab < 1) fail("logits", "needs a vocabulary of at least one entry, got shape " + shape_of(logits.sizes()));
+  if (b.vocab > 1 && logits.stride(-1) != 1)
+    fail("logits", "the vocabulary dimension must be contiguous (stride 1), got strides " +
+                       shape_of(logits.strides()) + "; a copy of the whole logits is left to the caller");
+  if (logits.dim() == 2) {
+    b.rows_per_block = logits.size(0);
+    b.row_stride = b.rows_per_block > 1 ? logits.stride(0) : b.vocab;
+  } else {
+    const index_t R = logits.size(0), T = logits.size(1);
+    b.row_stride = T > 1 ? logits.stride(1) : (R > 1 ? logits.stride(0) : b.vocab);
+    if (T <= 1 || R <= 1 || logits.stride(0) == T * logits.stride(1)) {
+      b.rows_per_block = R * T;
+    } else {
+      b.count = R;
+      b.rows_per_block = T;
+      b.block_stride = logits.stride(0);
+    }
+  }
+  if (b.rows() > 1 && b.row_stride < b.vocab)
+    fail("logits", "rows overlap (strides " + shape_of(logits.strides()) + "): give each row its own memory");
+  return b;
+}
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+template <class F>
+void dispatch(detail::logit_type t, F&& f) {
+  switch (t) {
+    case detail::logit_type::f32: f(type_tag<float>{}); break;
+    case detail::logit_type::f64: f(type_tag<double>{}); break;
+    case detail::logit_type::bf16: f(type_tag<reco::bf16_t>{}); break;
+    case detail::logit_type::f16: f(type_tag<reco::f16_t>{}); break;
+  }
+}
+
+template <class P>
+P* shift(P* p, index_t elements, std::size_t size) {
+  if (p == nullptr) return nullptr;
+  using byte_t = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<byte_t*>(p) + elements * static_cast<index_t>(size));
+}
+
+// The call for block k: every pointer advanced to the block's first row.
+detail::logits_call block_call(const detail::logits_call& all, const row_blocks& b, index_t k) {
+  detail::logits_call c = all;
+  const std::size_t logit_size = all.type == detail::logit_type::f64 ? 8 : (all.type == detail::logit_type::f32 ? 4 : 2);
+  const std::size_t acc_size = all.type == detail::logit_type::f64 ? 8 : 4;
+  const index_t first = k * b.rows_per_block;
+  c.rows = b.rows_per_block;
+  c.logits = shift(all.logits, k * b.block_stride, logit_size);
+  c.dlogits = shift(all.dlogits, first * b.row_stride, logit_size);  // dlogits blocks are packed
+  c.tokens = all.tokens ? all.tokens + first : nullptr;
+  c.row_mask = all.row_mask ? all.row_mask + first : nullptr;
+  c.logp = shift(all.logp, first, acc_size);
+  c.entropy = shift(all.entropy, first, acc_size);
+  c.lse = shift(all.lse, first, acc_size);
+  c.grad_logp = shift(all.grad_logp, first, acc_size);
+  c.grad_entropy = shift(all.grad_entropy, first, acc_size);
+  c.saved_lse = shift(all.saved_lse, first, acc_size);
+  c.saved_entropy = shift(all.saved_entropy, first, acc_size);
+  return c;
+}
+
+void forward_cpu(const detail::logits_call& c) {
+  dispatch(c.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = reco::logits::accum_t<T>;
+    reco::logits::forward(static_cast<const T*>(c.logits), c.rows, c.vocab, c.row_stride, c.tokens, c.temperature,
+                          c.row_mask, static_cast<A*>(c.logp), static_cast<A*>(c.entropy), static_cast<A*>(c.lse));
+  });
+}
+
+void backward_cpu(const detail::logits_call& c) {
+  dispatch(c.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = reco::logits::accum_t<T>;
+    reco::logits::backward(static_cast<const T*>(c.logits), c.rows, c.vocab, c.row_stride, c.tokens, c.temperature,
+                           c.row_mask, static_cast<const A*>(c.grad_logp), static_cast<const A*>(c.grad_entropy),
+                           static_cast<const A*>(c.saved_lse), static_cast<const A*>(c.saved_entropy),
+                           static_cast<T*>(c.dlogits));
+  });
+}
+
+// Runs `cpu` or `cuda` on every block (CUDA: on PyTorch's current stream of the logits' device).
+template <class Cpu, class Cuda>
+void for_each_block(const at::Tensor& logits, detail::logits_call all, const row_blocks& b, Cpu&& cpu,
+                    Cuda&& cuda) {
+  if (logits.is_cuda()) {
+#if RECO_TORCH_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(logits.device());
+    all.stream = c10::cuda::getCurrentCUDAStream(logits.device().index()).stream();
+    for (index_t k = 0; k < b.count; ++k) cuda(block_call(all, b, k));
+#else
+    (void)cuda;
+    fail("logits", "is a CUDA tensor, but reco_torch was built without CUDA");
+#endif
+  } else {
+    for (index_t k = 0; k < b.count; ++k) cpu(block_call(all, b, k));
+  }
+}
+
+class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_function> {
+ public:
+  static ::torch::autograd::variable_list forward(::torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                                                  const at::Tensor& tokens, double temperature,
+                                                  const c10::optional<at::Tensor>& row_mask) {
+    const row_blocks b = blocks_of(logits);
+    const at::ScalarType acc = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const auto opts = at::TensorOptions().dtype(acc).device(logits.device());
+    const index_t N = b.rows();
+    at::Tensor logp = at::empty({N}, opts), entropy = at::empty({N}, opts), lse = at::empty({N}, opts);
+    if (N > 0) {
+      detail::logits_call c;
+      c.type = logit_type_of(logits);
+      c.logits = logits.data_ptr();
+      c.vocab = b.vocab;
+      c.row_stride = b.row_stride;
+      c.tokens = tokens.data_ptr<std::int64_t>();
+      c.temperature = temperature;
+      c.row_mask = row_mask ? static_cast<const std::uint8_t*>(row_mask->data_ptr()) : nullptr;
+      c.logp = logp.data_ptr();
+      c.entropy = entropy.data_ptr();
+      c.lse = lse.data_ptr();
+#if RECO_TORCH_WITH_CUDA
+      at::Tensor flags;
+      void* stream = nullptr;
+      if (logits.is_cuda()) flags = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(logits.device()));
+      for_each_block(logits, c, b, forward_cpu, [&](const detail::logits_call& k) {
+        stream = k.stream;
+        detail::logits_forward_cuda(k, flags.data_ptr<int>());
+      });
+      // The kernels cannot throw: they mark a bad token or an all -inf row in an error word (and
+      // make that row NaN). Read it back (one synchronisation) and raise what the CPU path raises,
+      // except while a CUDA graph is being captured, where the NaN rows are the only signal.
+      if (flags.defined() && !detail::stream_is_capturing(stream))
+        reco::logits::throw_if_error_flags(flags.item<int>());
+#else
+      for_each_block(logits, c, b, forward_cpu, [](const detail::logits_call&) {});
+#endif
+    }
+    ctx->save_for_backward({logits});
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["temperature"] = temperature;
+    if (row_mask) ctx->saved_data["row_mask"] = *row_mask;
+    ctx->saved_data["lse"] = lse;
+    // A private copy of the entropy (N values): the caller may modify the returned one in place.
+    ctx->saved_data["entropy"] = entropy.clone();
+    // Undefined incoming gradients stay undefined: an unused output costs nothing in backward.
+    ctx->set_materialize_grads(false);
+    const std::vector<int64_t> out_shape(logits.sizes().begin(), logits.sizes().end() - 1);
+    return {logp.view(out_shape), entropy.view(out_shape)};
+  }
+
+  static ::torch::autograd::variable_list backward(::torch::autograd::AutogradContext* ctx,
+                                                   ::torch::autograd::variable_list grads) {
+    if (at::GradMode::is_enabled())
+      fail("logits", "reco::torch::token_logp_entropy does not provide second derivatives (create_graph=True)");
+    const at::Tensor logits = ctx->get_saved_variables()[0];
+    const row_blocks b = blocks_of(logits);
+    const at::ScalarType acc = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    auto upstream = [&](const at::Tensor& g) -> at::Tensor {
+      return g.defined() ? g.to(acc).contiguous().view({-1}) : at::Tensor();
+    };
+    const at::Tensor g_logp = upstream(grads[0]);
+    const at::Tensor g_entropy = upstream(grads[1]);
+    const std::vector<at::Tensor> none(3);
+    if (!g_logp.defined() && !g_entropy.defined()) {
+      std::vector<at::Tensor> out{at::Tensor()};
+      out.insert(out.end(), none.begin(), none.end());
+      return out;
+    }
+    // dlogits has the logits' row stride inside each block; blocks are packed one after another.
+    const at::Tensor buffer = at::empty({b.count, b.rows_per_block, b.row_stride}, logits.options());
+    const index_t N = b.rows();
+    if (N > 0) {
+      const at::Tensor tokens = ctx->saved_data["tokens"].toTensor();
+      const auto mask_it = ctx->saved_data.find("row_mask");
+      const at::Tensor lse = ctx->saved_data["lse"].toTensor();
+      const at::Tensor entropy = ctx->saved_data["entropy"].toTensor();
+      detail::logits_call c;
+      c.type = logit_type_of(logits);
+      c.logits = logits.data_ptr();
+      c.vocab = b.vocab;
+      c.row_stride = b.row_stride;
+      c.tokens = tokens.data_ptr<std::int64_t>();
+      c.temperature = ctx->saved_data["temperature"].toDouble();
+      c.row_mask = mask_it != ctx->saved_data.end()
+                       ? static_cast<const std::uint8_t*>(mask_it->second.toTensor().data_ptr())
+                       : nullptr;
+      c.grad_logp = g_logp.defined() ? g_logp.data_ptr() : nullptr;
+      c.grad_entropy = g_entropy.defined() ? g_entropy.data_ptr() : nullptr;
+      c.saved_lse = lse.data_ptr();
+      c.saved_entropy = entropy.data_ptr();
+      c.dlogits = buffer.data_ptr();
+#if RECO_TORCH_WITH_CUDA
+      for_each_block(logits, c, b, backward_cpu, [](const detail::logits_call& k) { detail::logits_backward_cuda(k); });
+#else
+      for_each_block(logits, c, b, backward_cpu, [](const detail::logits_call&) {});
+#endif
+    }
+    std::vector<at::Tensor> out{buffer.narrow(2, 0, b.vocab).view(logits.sizes())};
+    out.insert(out.end(), none.begin(), none.end());
+    return out;
+  }
+};
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, const at::Tensor& tokens,
+                                                      double temperature, const at::Tensor& row_mask) {
+  if (!logits.defined()) fail("logits", "is required");
+  logit_type_of(logits);  // dtype and layout are checked before anything else
+  blocks_of(logits);
+  if (!logits.device().is_cpu() && !logits.device().is_cuda())
+    fail("logits", "is on " + logits.device().str() + "; reco::torch runs on CPU and CUDA tensors");
+  if (!std::isfinite(temperature) || temperature <= 0)
+    fail("temperature", "must be finite and > 0, got " + std::to_string(temperature));
+  const at::IntArrayRef row_shape = logits.sizes().slice(0, logits.dim() - 1);
+
+  if (!tokens.defined()) fail("tokens", "is required");
+  if (tokens.scalar_type() != at::kLong && tokens.scalar_type() != at::kInt)
+    fail("tokens", std::string("must be int64 (or int32), got ") + c10::toString(tokens.scalar_type()));
+  if (tokens.device() != logits.device())
+    fail("tokens", "is on " + tokens.device().str() + " but logits are on " + logits.device().str());
+  if (tokens.sizes() != row_shape)
+    fail("tokens", "has shape " + shape_of(tokens.sizes()) + ", expected the logits' row shape " + shape_of(row_shape));
+  const at::Tensor tok = tokens.to(at::kLong).contiguous();
+
+  c10::optional<at::Tensor> mask;
+  if (row_mask.defined()) {
+    if (row_mask.scalar_type() != at::kBool && row_mask.scalar_type() != at::kByte)
+      fail("row_mask", std::string("must be bool or uint8, got ") + c10::toString(row_mask.scalar_type()));
+    if (row_mask.device() != logits.device())
+      fail("row_mask", "is on " + row_mask.device().str() + " but logits are on " + logits.device().str());
+    if (row_mask.sizes() != row_shape)
+      fail("row_mask", "has shape " + shape_of(row_mask.sizes()) + ", expected the logits' row shape " +
+                           shape_of(row_shape));
+    mask = row_mask.contiguous();
+  }
+  auto outs = logp_entropy_function::apply(logits, tok, temperature, mask);
+  return {outs[0], outs[1]};
+}
+
+}  // namespace reco::torch
