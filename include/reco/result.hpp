@@ -76,7 +76,7 @@ inline constexpr status_entry status_table[] = {
     {bad_old_logp, "batch.old_logp",
      "NaN or infinite value (or log-probability above 0) in a valid token"},
     {bad_ref_logp, "batch.ref_logp", "NaN or infinite value in a valid token"},
-    {bad_entropy, "batch.entropy", "NaN, infinite or negative value in a valid token"},
+    {bad_entropy, "batch.entropy", "NaN or infinite value in a valid token"},
     {bad_rewards, "batch.rewards", "NaN or infinite reward"},
     {bad_advantages, "batch.advantages", "NaN or infinite advantage"},
     {bad_response_weights, "batch.response_weights", "NaN, infinite or negative weight"},
