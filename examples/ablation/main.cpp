@@ -1,0 +1,470 @@
+// reco ablation study: ten GRPO-family objectives, all computed by reco through its LibTorch
+// adapter, trained from one pretrained base policy on a built-in Countdown task and evaluated
+// with reco::eval. See docs/ablation.md.
+//
+//   reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N] [--threads N]
+//                 [--seeds N] [--configs grpo,reco,...] [--set key=value ...] [--fresh-base]
+//
+// The main process prepares the data, pretrains (or loads) the base policy, then runs one worker
+// process per (configuration, seed) and one for the base policy's evaluation, at most --workers
+// at a time, and finally writes the report. Workers are this program with --worker JOB.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "countdown.hpp"
+#include "evaluate.hpp"
+#include "io.hpp"
+#include "model.hpp"
+#include "pretrain.hpp"
+#include "report.hpp"
+#include "rl.hpp"
+#include "settings.hpp"
+
+extern char** environ;
+
+namespace ablation {
+namespace fs = std::filesystem;
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// The three presets of the study's size.
+void apply_mode(study_settings& s, const std::string& mode) {
+  s.mode = mode;
+  if (mode == "full") {
+    s.seeds = 5;
+    s.test_problems = 192;
+    s.train_problems = 512;
+    s.model.d_model = 128;
+    s.model.layers = 4;
+    s.model.heads = 4;
+    s.model.d_ff = 512;
+    s.pretrain.steps = 3000;
+    s.rl.steps = 200;
+    s.rl.prompts = 64;
+    s.eval.samples = 1024;
+  } else if (mode == "smoke") {
+    s.seeds = 1;
+    s.test_problems = 8;
+    s.train_problems = 64;
+    s.model.d_model = 32;
+    s.model.layers = 1;
+    s.model.heads = 2;
+    s.model.d_ff = 64;
+    s.pretrain.steps = 30;
+    s.pretrain.batch = 64;
+    s.rl.steps = 2;
+    s.rl.prompts = 4;
+    s.eval.samples = 16;
+    s.eval.variance_rollouts = 2;
+    s.eval.likelihood_samples = 64;
+  }
+}
+
+// Intra-op threads for LibTorch and, when the BLAS underneath is OpenBLAS (looked up at run
+// time: Debian's LibTorch links whichever libblas the system provides), for OpenBLAS too.
+void set_threads(int n) {
+  torch::set_num_threads(n);
+  using setter = void (*)(int);
+  if (auto f = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+torch::Device device_of(const study_settings& s) {
+  if (s.device == "cuda") {
+    if (!torch::cuda::is_available()) throw std::runtime_error("--device cuda: this LibTorch sees no CUDA device");
+    return torch::Device(torch::kCUDA);
+  }
+  if (s.device != "cpu") throw std::invalid_argument("--device must be cpu or cuda");
+  return torch::Device(torch::kCPU);
+}
+
+std::string base_model_path(const fs::path& out, study_settings& s) {
+  return (out / "cache" / ("base_" + s.base_model_key() + ".pt")).string();
+}
+
+transformer make_model(const study_settings& s, uint64_t seed) {
+  torch::manual_seed(seed);
+  return transformer(s.model);
+}
+
+// ------------------------------------------------------------------------------------------
+// Worker: one configuration and seed (or the base policy), results under runs/<job>/.
+// ------------------------------------------------------------------------------------------
+
+void write_eval_files(const fs::path& dir, const std::vector<problem>& test, const eval_result& e,
+                      const study_settings& s, double eval_seconds, double train_seconds) {
+  {
+    csv_writer w((dir / "eval.csv").string(),
+                 {"problem", "class", "samples", "correct", "distinct_correct", "rare_correct"});
+    for (std::size_t p = 0; p < test.size(); ++p)
+      w.row({std::to_string(p), class_name(test[p].cls), std::to_string(s.eval.samples),
+             std::to_string(e.problems[p].correct), std::to_string(e.problems[p].distinct_correct),
+             std::to_string(e.problems[p].rare_correct)});
+  }
+  {
+    csv_writer w((dir / "token_variance.csv").string(), {"segment", "mean", "standard_error", "tokens", "responses"});
+    const char* names[3] = {"early", "middle", "late"};
+    for (int b = 0; b < 3; ++b)
+      w.row({names[b], exact(e.token_variance.mean[b]), exact(e.token_variance.standard_error[b]),
+             std::to_string(e.token_variance.tokens[b]), std::to_string(e.token_variance.responses[b])});
+  }
+  {
+    csv_writer w((dir / "base_likelihood.csv").string(), {"mean_base_logp"});
+    for (double v : e.base_likelihood) w.row({exact(v)});
+  }
+  csv_writer w((dir / "summary.csv").string(), {"key", "value"});  // written last: marks the job done
+  w.row({"self_bleu_correct", exact(e.self_bleu_correct)});
+  w.row({"train_seconds", exact(train_seconds)});
+  w.row({"eval_seconds", exact(eval_seconds)});
+}
+
+int run_worker(const fs::path& out, const std::string& job) {
+  study_settings s;
+  s.load((out / "settings.txt").string());
+  set_threads(s.threads);
+  const torch::Device dev = device_of(s);
+  generator gen(s.task);
+  study_data data = make_study_data(gen, s);
+  transformer base = make_model(s, s.pretrain.seed);
+  load_model(base, base_model_path(out, s), dev);
+  base->to(dev);
+  base->eval();
+
+  const fs::path dir = out / "runs" / (job == "base" ? std::string("base") : job);
+  fs::create_directories(dir);
+  if (job == "base") {
+    const auto t0 = clock_type::now();
+    std::printf("@phase eval\n");
+    std::fflush(stdout);
+    eval_result e = evaluate(base, base, gen, data.test, s.eval, 1, dev);
+    write_eval_files(dir, data.test, e, s, seconds_since(t0), 0.0);
+    std::printf("@done\n");
+    return 0;
+  }
+  const auto sep = job.rfind("_s");
+  const algorithm& algo = find_algorithm(job.substr(0, sep));
+  const uint64_t seed = std::stoull(job.substr(sep + 2));
+
+  transformer policy = make_model(s, s.pretrain.seed);
+  load_model(policy, base_model_path(out, s), dev);
+  policy->to(dev);
+  torch::manual_seed(seed);
+  const auto t0 = clock_type::now();
+  csv_writer train((dir / "train.csv").string(),
+                   {"step", "reward", "entropy", "abs_kl", "distinct2", "self_bleu", "path_uniqueness", "loss",
+                    "clip_frac", "ppo_kl", "weight_mean", "weight_max", "cap_hits", "groups_used", "seconds"});
+  train_rl(policy, base, gen, data.train, algo, s.rl, seed, dev, [&](const step_metrics& m) {
+    train.row({std::to_string(m.step), exact(m.reward), exact(m.entropy), exact(m.abs_kl), exact(m.distinct2),
+               exact(m.self_bleu), exact(m.path_uniqueness), exact(m.loss), exact(m.clip_frac), exact(m.ppo_kl),
+               exact(m.weight_mean), exact(m.weight_max), exact(m.cap_hits), exact(m.groups_used),
+               exact(m.seconds)});
+    std::printf("@step %d %d %.4f %.3f\n", m.step, s.rl.steps, m.reward, m.seconds);
+    std::fflush(stdout);
+  });
+  train.close();
+  const double train_seconds = seconds_since(t0);
+  std::printf("@phase eval\n");
+  std::fflush(stdout);
+  const auto t1 = clock_type::now();
+  eval_result e = evaluate(policy, base, gen, data.test, s.eval, seed, dev);
+  write_eval_files(dir, data.test, e, s, seconds_since(t1), train_seconds);
+  std::printf("@done\n");
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Main process: data, base policy, worker scheduling with progress, report.
+// ------------------------------------------------------------------------------------------
+
+struct running_job {
+  std::string name;
+  pid_t pid = -1;
+  int fd = -1;
+  std::string buffer;
+  clock_type::time_point start;
+  double fraction = 0.0;  // estimated share of the job done
+  int step = 0;
+  double reward = 0.0;
+  bool training = true;
+  std::vector<std::string> tail;  // last lines of the worker's other output (for errors)
+};
+
+std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+
+running_job spawn_worker(const fs::path& out, const std::string& job, int threads) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  const std::string exe = self_exe(), outs = out.string();
+  std::vector<std::string> args = {exe, "--worker", job, "--out", outs};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Workers run single-threaded BLAS and OpenMP unless --threads says otherwise: two busy
+  // processes on two cores, and results that do not depend on the number of cores.
+  std::vector<std::string> env_store;
+  const std::string t = std::to_string(threads);
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("OPENBLAS_NUM_THREADS=", 0) == 0 || kv.rfind("OMP_NUM_THREADS=", 0) == 0 ||
+        kv.rfind("MKL_NUM_THREADS=", 0) == 0)
+      continue;
+    env_store.push_back(kv);
+  }
+  for (const char* k : {"OPENBLAS_NUM_THREADS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS="}) env_store.push_back(k + t);
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  running_job r;
+  r.name = job;
+  r.start = clock_type::now();
+  if (posix_spawn(&r.pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data()) != 0)
+    throw std::runtime_error("cannot start a worker process");
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  r.fd = fds[0];
+  return r;
+}
+
+int run_main(study_settings s, const fs::path& out, bool fresh_base) {
+  const auto t_start = clock_type::now();
+  s.finalise();
+  fs::create_directories(out / "cache");
+  fs::create_directories(out / "runs");
+  {
+    std::ofstream f(out / "settings.txt");
+    f << s.serialise();
+  }
+  // One intra-op thread by default: on two cores shared with the workers (or other load), more
+  // threads oversubscribe and run several times slower.
+  set_threads(s.threads);
+  const torch::Device dev = device_of(s);
+  std::printf("reco ablation study (%s): %zu configurations x %d seeds, device %s, %d worker(s)\n", s.mode.c_str(),
+              s.config_names().size(), s.seeds, s.device.c_str(), s.workers);
+  std::printf("output: %s\n", fs::absolute(out).string().c_str());
+
+  generator gen(s.task);
+  study_data data = make_study_data(gen, s);
+  std::array<int, 3> cls{};
+  for (const auto& p : data.test) ++cls[static_cast<int>(p.cls)];
+  std::printf("task: Countdown-%d, %zu held-out problems (%d common_only, %d both, %d rare_only), RL pool %zu\n",
+              s.task.numbers, data.test.size(), cls[0], cls[1], cls[2], data.train.size());
+
+  // Base policy: cached by the settings that determine it.
+  const std::string base_path = base_model_path(out, s);
+  if (fresh_base || !fs::exists(base_path)) {
+    const auto t0 = clock_type::now();
+    transformer base = make_model(s, s.pretrain.seed);
+    base->to(dev);
+    std::printf("pretraining the base policy (%s, %d steps of %d demonstrations)\n", s.model.describe().c_str(),
+                s.pretrain.steps, s.pretrain.batch);
+    std::fflush(stdout);
+    pretrain(base, gen, s.pretrain, data.test_keys, dev, [&](int step, double loss) {
+      const double el = seconds_since(t0);
+      std::printf("  pretrain step %5d/%d  loss %.4f  %s elapsed, ~%s left\n", step, s.pretrain.steps, loss,
+                  duration_text(el).c_str(), duration_text(el / step * (s.pretrain.steps - step)).c_str());
+      std::fflush(stdout);
+    });
+    save_model(base, base_path);
+    std::printf("base policy cached: %s (%s)\n", base_path.c_str(), duration_text(seconds_since(t0)).c_str());
+  } else {
+    std::printf("base policy loaded from cache: %s\n", base_path.c_str());
+  }
+
+  // Jobs: the base evaluation first, then configuration x seed, seed-major so that an early
+  // look at the runs directory already covers every configuration.
+  std::deque<std::string> pending = {"base"};
+  for (int seed = 1; seed <= s.seeds; ++seed)
+    for (const auto& c : s.config_names()) pending.push_back(c + "_s" + std::to_string(seed));
+  const std::size_t total_jobs = pending.size();
+  std::vector<running_job> running;
+  std::vector<double> finished_train_jobs;  // durations
+  std::size_t done = 0;
+  const auto t_jobs = clock_type::now();
+  auto last_print = clock_type::now() - std::chrono::seconds(60);
+  bool failed = false;
+  std::string failure;
+
+  auto estimate_left = [&]() {
+    // Mean duration of a finished training job, else extrapolated from running jobs' progress.
+    double per_job = 0.0;
+    if (!finished_train_jobs.empty()) {
+      for (double d : finished_train_jobs) per_job += d;
+      per_job /= finished_train_jobs.size();
+    } else {
+      for (const auto& r : running)
+        if (r.name != "base" && r.fraction > 0.02)
+          per_job = std::max(per_job, seconds_since(r.start) / r.fraction);
+    }
+    if (per_job <= 0) return -1.0;
+    double work = static_cast<double>(pending.size()) * per_job;
+    for (const auto& r : running) work += per_job * (1.0 - r.fraction);
+    const std::size_t busy = std::min<std::size_t>(static_cast<std::size_t>(std::max(1, s.workers)),
+                                                   pending.size() + running.size());
+    return work / static_cast<double>(std::max<std::size_t>(1, busy));
+  };
+
+  while ((!pending.empty() || !running.empty()) && !failed) {
+    while (!pending.empty() && static_cast<int>(running.size()) < s.workers) {
+      running.push_back(spawn_worker(out, pending.front(), s.threads));
+      pending.pop_front();
+    }
+    std::vector<pollfd> pfds;
+    for (const auto& r : running) pfds.push_back({r.fd, POLLIN, 0});
+    poll(pfds.data(), pfds.size(), 1000);
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      running_job& r = running[i];
+      if (!(pfds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      const ssize_t n = read(r.fd, buf, sizeof buf);
+      if (n > 0) {
+        r.buffer.append(buf, static_cast<std::size_t>(n));
+        std::size_t nl;
+        while ((nl = r.buffer.find('\n')) != std::string::npos) {
+          const std::string line = r.buffer.substr(0, nl);
+          r.buffer.erase(0, nl + 1);
+          int step = 0, steps = 1;
+          double reward = 0, sec = 0;
+          if (std::sscanf(line.c_str(), "@step %d %d %lf %lf", &step, &steps, &reward, &sec) == 4) {
+            r.step = step;
+            r.reward = reward;
+            r.fraction = 0.6 * step / steps;  // evaluation takes roughly the remaining share
+          } else if (line == "@phase eval") {
+            r.training = false;
+            if (r.name != "base") r.fraction = 0.6;
+          } else if (line != "@done") {
+            r.tail.push_back(line);
+            if (r.tail.size() > 20) r.tail.erase(r.tail.begin());
+          }
+        }
+        continue;
+      }
+      // End of output: reap the worker.
+      int status = 0;
+      waitpid(r.pid, &status, 0);
+      close(r.fd);
+      const double took = seconds_since(r.start);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failed = true;
+        failure = "worker '" + r.name + "' failed:\n";
+        for (const auto& l : r.tail) failure += "  " + l + "\n";
+      } else {
+        ++done;
+        if (r.name != "base") finished_train_jobs.push_back(took);
+        std::printf("[%zu/%zu] %-22s finished in %s\n", done, total_jobs, r.name.c_str(), duration_text(took).c_str());
+        std::fflush(stdout);
+      }
+      running.erase(running.begin() + static_cast<long>(i));
+      pfds.erase(pfds.begin() + static_cast<long>(i));
+      --i;
+    }
+    if (seconds_since(last_print) >= 5.0 && !running.empty()) {
+      last_print = clock_type::now();
+      std::string line;
+      for (const auto& r : running) {
+        char b[160];
+        if (r.name == "base" || !r.training)
+          std::snprintf(b, sizeof b, "%s: evaluating", r.name.c_str());
+        else
+          std::snprintf(b, sizeof b, "%s: step %d/%d reward %.3f", r.name.c_str(), r.step, s.rl.steps, r.reward);
+        line += (line.empty() ? "" : " | ") + std::string(b);
+      }
+      const double left = estimate_left();
+      std::printf("  [%zu/%zu done, %s elapsed, ETA %s] %s\n", done, total_jobs,
+                  duration_text(seconds_since(t_start)).c_str(), left < 0 ? "?" : duration_text(left).c_str(),
+                  line.c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (failed) {
+    for (auto& r : running) {
+      kill(r.pid, SIGTERM);
+      waitpid(r.pid, nullptr, 0);
+      close(r.fd);
+    }
+    std::fprintf(stderr, "%s", failure.c_str());
+    return 1;
+  }
+  std::printf("all runs finished in %s; writing the report\n", duration_text(seconds_since(t_jobs)).c_str());
+  write_report(out, s, data, seconds_since(t_start));
+  std::printf("report: %s\n", (out / "report.md").string().c_str());
+  return 0;
+}
+
+}  // namespace ablation
+
+int main(int argc, char** argv) {
+  using namespace ablation;
+  try {
+    study_settings s;
+    fs::path out = "results";
+    std::string worker_job;
+    bool fresh_base = false;
+    std::vector<std::pair<std::string, std::string>> sets;
+    std::string mode = "default";
+    std::map<std::string, std::string> direct;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--out") out = value();
+      else if (a == "--worker") worker_job = value();
+      else if (a == "--full") mode = "full";
+      else if (a == "--smoke") mode = "smoke";
+      else if (a == "--device") direct["device"] = value();
+      else if (a == "--workers") direct["workers"] = value();
+      else if (a == "--threads") direct["threads"] = value();
+      else if (a == "--seeds") direct["seeds"] = value();
+      else if (a == "--configs") direct["configs"] = value();
+      else if (a == "--fresh-base") fresh_base = true;
+      else if (a == "--set") {
+        const std::string kv = value();
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos) throw std::invalid_argument("--set needs key=value");
+        sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+      } else if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N]\n"
+            "                     [--threads N] [--seeds N] [--configs a,b,...] [--set key=value]... [--fresh-base]\n"
+            "settings keys: see <out>/settings.txt after a run\n");
+        return 0;
+      } else {
+        throw std::invalid_argument("unknown argument '" + a + "' (see --help)");
+      }
+    }
+    if (!worker_job.empty()) return run_worker(out, worker_job);
+    apply_mode(s, mode);
+    for (const auto& [k, v] : direct) s.assign(k, v);
+    for (const auto& [k, v] : sets) s.assign(k, v);
+    for (const auto& c : s.configs) find_algorithm(c);  // fail early on a typo
+    return run_main(s, out, fresh_base);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reco_ablation: %s\n", e.what());
+    return 1;
+  }
+}

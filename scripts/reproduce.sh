@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The ReCo ablation study (docs/ablation.md): installs what it needs, builds the study program
+# and runs it. Ten GRPO-family objectives x 3 seeds on a built-in Countdown task; the report,
+# CSV files and plots go to results/ (or --out DIR).
+#
+#   scripts/reproduce.sh                  # the default study (CPU, about 10-15 minutes on 2 cores)
+#   scripts/reproduce.sh --full           # the larger study (more seeds, steps, samples, bigger model)
+#   scripts/reproduce.sh --device cuda    # the same program on a GPU (needs a CUDA LibTorch, see below)
+#   scripts/reproduce.sh --out DIR ...    # any other option is passed to reco_ablation (--help)
+#
+# Environment: RECO_BUILD_DIR (default build-ablation), RECO_NO_INSTALL=1 to skip apt-get,
+# CMAKE_PREFIX_PATH for a LibTorch of your own. With --device cuda the LibTorch is looked up in
+# the python3 torch package (a CUDA wheel) unless CMAKE_PREFIX_PATH is set, and nvcc must be found.
+set -euo pipefail
+
+start=$(date +%s)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${RECO_BUILD_DIR:-$root/build-ablation}
+device=cpu
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device=$2; args+=("$1" "$2"); shift 2 ;;
+    --device=*) device=${1#--device=}; args+=("--device" "$device"); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+
+say() { printf '== %s\n' "$*"; }
+
+# ---- 1. Packages (Debian/Ubuntu; idempotent: only what is missing) -----------------------------
+need=()
+command -v cmake > /dev/null || need+=(cmake)
+command -v g++ > /dev/null || need+=(g++)
+command -v make > /dev/null || need+=(make)
+command -v python3 > /dev/null || need+=(python3)
+# Plots: matplotlib in python3 on the PATH or in the system's /usr/bin/python3 (Debian's package).
+python3 -c 'import matplotlib' > /dev/null 2>&1 || /usr/bin/python3 -c 'import matplotlib' > /dev/null 2>&1 ||
+  need+=(python3-matplotlib)
+if [ "$device" = cpu ] && [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
+  [ -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ] || [ -n "$(ls /usr/lib/*/cmake/Torch/TorchConfig.cmake 2> /dev/null)" ] ||
+    need+=(libtorch-dev)
+  # Debian's LibTorch uses the system BLAS; the reference BLAS is ~10x slower than OpenBLAS.
+  dpkg -s libopenblas0-pthread > /dev/null 2>&1 || need+=(libopenblas0-pthread)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ -n "${RECO_NO_INSTALL:-}" ]; then
+    say "missing: ${need[*]} (RECO_NO_INSTALL is set: not installing)"
+  else
+    say "installing: ${need[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" > /dev/null
+  fi
+fi
+
+# ---- 2. Configure and build only the study program --------------------------------------------
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DRECO_ENABLE_TORCH=ON -DRECO_BUILD_TESTS=OFF
+            -DRECO_BUILD_BENCHMARKS=OFF -DRECO_BUILD_EXAMPLES=ON -DRECO_INSTALL=OFF)
+if [ "$device" = cuda ]; then
+  if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
+    prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2> /dev/null) ||
+      { echo "--device cuda: no CUDA LibTorch found (install a CUDA PyTorch wheel or set CMAKE_PREFIX_PATH)" >&2; exit 1; }
+    cmake_args+=("-DCMAKE_PREFIX_PATH=$prefix")
+  fi
+  cmake_args+=(-DRECO_ENABLE_CUDA=ON)
+else
+  cmake_args+=(-DRECO_ENABLE_CUDA=OFF)
+fi
+say "configuring $build"
+mkdir -p "$build"
+cmake -S "$root" -B "$build" "${cmake_args[@]}" > "$build/reproduce-configure.log" 2>&1 ||
+  { cat "$build/reproduce-configure.log"; exit 1; }
+say "building reco_ablation"
+cmake --build "$build" --target reco_ablation -j "$(nproc)" > "$build/reproduce-build.log" 2>&1 ||
+  { tail -50 "$build/reproduce-build.log"; exit 1; }
+
+# ---- 3. Run the study --------------------------------------------------------------------------
+# Prefer OpenBLAS even where the system's libblas alternative points elsewhere.
+for d in /usr/lib/x86_64-linux-gnu/openblas-pthread /usr/lib/aarch64-linux-gnu/openblas-pthread; do
+  [ -f "$d/libblas.so.3" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+cd "$root"
+status=0
+"$build/examples/ablation/reco_ablation" "${args[@]}" || status=$?
+
+end=$(date +%s)
+secs=$((end - start))
+printf '== scripts/reproduce.sh: wall time %dm%02ds (install + build + study)\n' $((secs / 60)) $((secs % 60))
+exit $status

@@ -1,0 +1,40 @@
+# Runs reco_ablation --smoke and checks what it produced (cmake -P script, driven by ctest).
+#   -DPROGRAM=<reco_ablation> -DOUT=<scratch directory>
+file(REMOVE_RECURSE "${OUT}")
+execute_process(COMMAND "${PROGRAM}" --smoke --out "${OUT}" RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "reco_ablation --smoke failed (${rc}):\n${log}")
+endif()
+
+foreach(f report.md pass_at_k.csv pass_at_k_runs.csv training_dynamics.csv training_dynamics_runs.csv
+          token_variance.csv coverage.csv settings.txt)
+  if(NOT EXISTS "${OUT}/${f}")
+    message(FATAL_ERROR "reco_ablation --smoke did not write ${f}")
+  endif()
+endforeach()
+
+# Every configuration trained (its rows are in the per-run dynamics) and appears in the report;
+# the program itself stops on a non-finite loss, and no trained quantity may be NaN or infinite.
+file(READ "${OUT}/report.md" report)
+file(STRINGS "${OUT}/training_dynamics_runs.csv" rows)
+foreach(cfg grpo aspo response_only token_only reco reco_no_cap dapo dapo_reco rule_80_20 rule_80_20_reco)
+  set(mine ${rows})
+  list(FILTER mine INCLUDE REGEX "^${cfg},")
+  list(LENGTH mine n)
+  if(n LESS 1)
+    message(FATAL_ERROR "no training rows for configuration ${cfg}")
+  endif()
+endforeach()
+foreach(row IN LISTS rows)
+  string(TOLOWER "${row}" low)
+  if(low MATCHES "(^|,)-?(nan|inf)(,|$)")
+    message(FATAL_ERROR "non-finite value in training_dynamics_runs.csv: ${row}")
+  endif()
+endforeach()
+foreach(label "GRPO" "ASPO" "Response only" "Token only" "ReCo" "DAPO + ReCo" "80/20 Rule + ReCo")
+  string(FIND "${report}" "| ${label} |" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "report.md has no row for ${label}")
+  endif()
+endforeach()
+message(STATUS "ablation smoke test: report and CSV files produced for every configuration")
