@@ -1,0 +1,204 @@
+// The raw CUDA adapter's host side: presets by name, the synchronous and stream-ordered entry
+// points, the logits op's validation, and the C interface (reco_cuda.h) over all of it.
+#include <cstddef>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "library.hpp"
+#include "reco/cuda_adapter/adapter.hpp"
+#include "reco/cuda_adapter/pointers.hpp"
+#include "reco/cuda_adapter/presets_by_name.hpp"
+#include "reco/cuda_adapter/reco_cuda.h"
+#include "reco/cuda_adapter/validate.hpp"
+#include "reco/result.hpp"
+
+// The C result struct is reco::objective_result, field for field, so results are copied as bytes.
+static_assert(std::is_standard_layout_v<reco::objective_result> && std::is_standard_layout_v<reco_cuda_result>);
+static_assert(sizeof(reco_cuda_result) == sizeof(reco::objective_result));
+#define RECO_SAME_OFFSET(c_field, cpp_field) \
+  static_assert(offsetof(reco_cuda_result, c_field) == offsetof(reco::objective_result, cpp_field), #c_field)
+RECO_SAME_OFFSET(loss, loss);
+RECO_SAME_OFFSET(policy_loss, policy_loss);
+RECO_SAME_OFFSET(kl_loss, kl_loss);
+RECO_SAME_OFFSET(entropy_loss, entropy_loss);
+RECO_SAME_OFFSET(stats.clip_frac, stats.clip_frac);
+RECO_SAME_OFFSET(stats.ratio_max, stats.ratio_max);
+RECO_SAME_OFFSET(stats.kept_frac, stats.kept_frac);
+RECO_SAME_OFFSET(stats.weight_cap_hits, stats.weight_cap_hits);
+RECO_SAME_OFFSET(stats.zero_std_group_frac, stats.zero_std_group_frac);
+RECO_SAME_OFFSET(stats.token_variance, stats.token_variance);
+RECO_SAME_OFFSET(stats.valid_tokens, stats.valid_tokens);
+RECO_SAME_OFFSET(stats.nonempty_responses, stats.nonempty_responses);
+RECO_SAME_OFFSET(status, status);
+#undef RECO_SAME_OFFSET
+
+namespace reco::cuda_adapter {
+namespace {
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("reco: CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+
+static_assert(parts::part_bounds[3] == preset_count, "the three preset translation units cover every preset");
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names(preset_name_table, preset_name_table + preset_count);
+  return names;
+}
+
+objective_needs preset_needs(const std::string& preset) { return needs_of_preset(preset_index(preset)); }
+
+const objective_result* run_preset_async(const std::string& preset, const reco_cuda_objective_args& args,
+                                         cudaStream_t stream, context& ctx, objective_result* device_result) {
+  const int index = preset_index(preset);
+  // The by-name entry validates against the preset's needs here; the typed call validates again.
+  validate(args, needs_of_preset(index));
+  const objective_result* out = nullptr;
+  if (!(parts::run_part0(index, args, stream, ctx, device_result, &out) ||
+        parts::run_part1(index, args, stream, ctx, device_result, &out) ||
+        parts::run_part2(index, args, stream, ctx, device_result, &out)))
+    ::reco::detail::fail("preset", "no translation unit compiled preset '" + preset + "'");
+  return out;
+}
+
+objective_result run_preset(const std::string& preset, const reco_cuda_objective_args& args, cudaStream_t stream,
+                            context& ctx) {
+  const objective_result* r = run_preset_async(preset, args, stream, ctx);
+  objective_result out;
+  check(cudaMemcpyAsync(&out, r, sizeof(out), cudaMemcpyDeviceToHost, stream),
+                                  "copy of the result");
+  check(cudaStreamSynchronize(stream), "synchronize");
+  throw_if_error(out.status);
+  return out;
+}
+
+void logits_forward(const reco_cuda_logits_args& args, cudaStream_t stream, bool check_pointers) {
+  validate(args, false);
+  if (check_pointers) check_device_pointers(args);
+  parts::logits_forward_device(args, stream);
+}
+
+void logits_backward(const reco_cuda_logits_args& args, cudaStream_t stream, bool check_pointers) {
+  validate(args, true);
+  if (check_pointers) check_device_pointers(args);
+  parts::logits_backward_device(args, stream);
+}
+
+}  // namespace reco::cuda_adapter
+
+// ---- C interface ---------------------------------------------------------------------------
+
+struct reco_cuda_context {
+  reco::cuda_adapter::context ctx;
+  reco_cuda_context() : ctx() {}
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+// Runs f, turning exceptions into the C error codes (the message is kept for reco_cuda_last_error).
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    last_error.clear();
+    return RECO_CUDA_OK;
+  } catch (const reco::error& e) {
+    last_error = e.what();
+    return RECO_CUDA_INVALID_ARGUMENT;
+  } catch (const std::bad_alloc& e) {
+    last_error = std::string("reco: out of host memory: ") + e.what();
+    return RECO_CUDA_RUNTIME_ERROR;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return RECO_CUDA_RUNTIME_ERROR;
+  }
+}
+
+int bad_argument(const char* argument, const char* what) {
+  last_error = std::string("reco: ") + argument + ": " + what;
+  return RECO_CUDA_INVALID_ARGUMENT;
+}
+
+}  // namespace
+
+extern "C" {
+
+reco_cuda_context* reco_cuda_context_create(void) {
+  reco_cuda_context* ctx = nullptr;
+  if (guarded([&] { ctx = new reco_cuda_context(); }) != RECO_CUDA_OK) return nullptr;
+  return ctx;
+}
+
+void reco_cuda_context_destroy(reco_cuda_context* ctx) { delete ctx; }
+
+int reco_cuda_context_set_options(reco_cuda_context* ctx, int max_blocks, int vector_loads, int check_pointers) {
+  if (ctx == nullptr) return bad_argument("ctx", "is null");
+  if (max_blocks < 0) return bad_argument("max_blocks", "must be >= 0 (0: fill the device)");
+  auto& o = ctx->ctx.options();
+  o.max_blocks = max_blocks;
+  o.vector_loads = vector_loads != 0;
+  o.check_pointers = check_pointers != 0;
+  last_error.clear();
+  return RECO_CUDA_OK;
+}
+
+int reco_cuda_objective(reco_cuda_context* ctx, const char* preset, const reco_cuda_objective_args* args,
+                        cudaStream_t stream, reco_cuda_result_location where, reco_cuda_result* result,
+                        const reco_cuda_result** workspace_result) {
+  if (ctx == nullptr) return bad_argument("ctx", "is null");
+  if (preset == nullptr) return bad_argument("preset", "is null");
+  if (args == nullptr) return bad_argument("args", "is null");
+  if ((where == RECO_CUDA_RESULT_HOST || where == RECO_CUDA_RESULT_DEVICE) && result == nullptr)
+    return bad_argument("result", "is null but the result is requested in host or device memory");
+  if (where == RECO_CUDA_RESULT_WORKSPACE && workspace_result == nullptr)
+    return bad_argument("workspace_result", "is null but the workspace result is requested");
+  if (where != RECO_CUDA_RESULT_HOST && where != RECO_CUDA_RESULT_DEVICE && where != RECO_CUDA_RESULT_WORKSPACE)
+    return bad_argument("where", "must be RECO_CUDA_RESULT_HOST, _DEVICE or _WORKSPACE");
+  namespace ca = reco::cuda_adapter;
+  std::uint32_t status = 0;
+  const int rc = guarded([&] {
+    auto* device = where == RECO_CUDA_RESULT_DEVICE ? reinterpret_cast<reco::objective_result*>(result) : nullptr;
+    const reco::objective_result* r = ca::run_preset_async(preset, *args, stream, ctx->ctx, device);
+    if (where == RECO_CUDA_RESULT_WORKSPACE) *workspace_result = reinterpret_cast<const reco_cuda_result*>(r);
+    if (where != RECO_CUDA_RESULT_HOST) return;
+    ca::check(cudaMemcpyAsync(result, r, sizeof(*result), cudaMemcpyDeviceToHost, stream), "copy of the result");
+    ca::check(cudaStreamSynchronize(stream), "synchronize");
+    status = result->status;
+  });
+  if (rc != RECO_CUDA_OK) return rc;
+  if (status != 0) {
+    last_error = "reco: " + reco::describe_status(status);
+    return RECO_CUDA_BAD_DATA;
+  }
+  return RECO_CUDA_OK;
+}
+
+int reco_cuda_logits_forward(const reco_cuda_logits_args* args, cudaStream_t stream) {
+  if (args == nullptr) return bad_argument("args", "is null");
+  return guarded([&] { reco::cuda_adapter::logits_forward(*args, stream); });
+}
+
+int reco_cuda_logits_backward(const reco_cuda_logits_args* args, cudaStream_t stream) {
+  if (args == nullptr) return bad_argument("args", "is null");
+  return guarded([&] { reco::cuda_adapter::logits_backward(*args, stream); });
+}
+
+const char* reco_cuda_preset_name(int k) {
+  return k >= 0 && k < reco::cuda_adapter::preset_count ? reco::cuda_adapter::preset_name_table[k] : nullptr;
+}
+
+const char* reco_cuda_last_error(void) { return last_error.c_str(); }
+
+const char* reco_cuda_describe_status(uint32_t status) {
+  static thread_local std::string text;
+  text = reco::describe_status(status);
+  return text.c_str();
+}
+
+}  // extern "C"

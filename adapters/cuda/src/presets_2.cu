@@ -1,0 +1,18 @@
+// Presets [9, 13) of reco::cuda_adapter::preset_types on the fused CUDA path.
+#include "library.hpp"
+
+#include "reco/cuda_adapter/objective.cuh"
+#include "reco/cuda_adapter/presets_by_name.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace cuda_adapter {
+namespace parts {
+
+bool run_part2(int index, const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
+               objective_result* device_result, const objective_result** out) {
+  return visit_preset<9, 13>(index, [&](auto obj) { *out = run_objective_async(obj, args, stream, ctx, device_result); });
+}
+
+}  // namespace parts
+}  // namespace cuda_adapter
+RECO_NAMESPACE_END

@@ -1,0 +1,204 @@
+// A host emulation of the fused CUDA objective: the same plan, scratch layout, kernel arguments
+// and per-response / per-token step functions as the device path, walked serially in the
+// kernels' block / tile / thread order (each thread's response view carries over between its
+// tiles as on the device). The warp and block reductions are replaced by serial merges, and the
+// sort-based fallbacks run on the CPU backend. It checks on a machine without a GPU everything
+// of the fused path except the device mechanics (shuffles, CUB block reductions, vector loads,
+// tickets), which the GPU tests check against the generic CUDA path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/run_objective.hpp"
+#include "reco/algorithm/select_tokens.hpp"
+#include "reco/algorithm/token_pass.hpp"
+#include "reco/backend/cpu.hpp"
+#include "reco/backend/cuda/call_args.hpp"
+#include "reco/backend/cuda/fused_layout.hpp"
+#include "reco/backend/cuda/launch_plan.hpp"
+#include "reco/backend/cuda/response_step.hpp"
+#include "reco/backend/cuda/token_step.hpp"
+#include "reco/backend/workspace.hpp"
+#include "reco/validate.hpp"
+
+namespace fused_test {
+
+using reco::index_t;
+namespace fused = reco::fused;
+
+struct emulation_options {
+  fused::device_limits device{4, 2, 2, 2};  // a small device: many groups and tiles per block
+  int max_blocks = 0;
+  bool vector_loads = true;
+  unsigned char fill = 0xA5;  // scratch starts as garbage: nothing may be read before written
+};
+
+struct emulation_result {
+  reco::objective_result result;
+  fused::plan plan;
+};
+
+template <class Obj, class T>
+emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco::gradients<T> grads,
+                         const reco::normalisers& norm = {}, const emulation_options& opt = {}) {
+  using namespace reco::detail;
+  // What objective::run checks before the algorithm (not the host offsets check: the device
+  // path must find malformed offsets itself).
+  obj.validate();
+  validate_batch(batch, grads, norm, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp,
+                 Obj::needs_entropy, Obj::needs_response_weights, Obj::has_entropy_gradient);
+  const batch_pointers<T> b = pointers_of(batch);
+  const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
+  fused::check_coverage(b.layout, N, P);
+
+  emulation_result out;
+  const fused::shape sh{R, N, P};
+  const fused::plan p = fused::make_plan(sh, fused::stages_of(obj), opt.device,
+                                         fused::token_pointers_of<Obj>(batch, grads), opt.vector_loads,
+                                         opt.max_blocks);
+  out.plan = p;
+  const std::size_t bytes = fused::scratch_bytes<Obj>(sh, p);
+  std::unique_ptr<std::byte, void (*)(void*)> buffer(
+      static_cast<std::byte*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256)), std::free);
+  std::memset(buffer.get(), opt.fill, bytes);
+  fused::scratch sc;
+  carver cut(buffer.get());
+  sc.carve<Obj>(cut, sh, p);
+  const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1);
+
+  // Kernel A: blocks over groups, responses of a group, then the last block.
+  const auto& ra = args.response;
+  for (index_t blk = 0; blk < p.response_grid; ++blk) {
+    batch_partial bp{};
+    response_partial rp{};
+    group_partial gp{};
+    for (index_t g = blk; g < P; g += p.response_grid) {
+      index_t lo, hi;
+      fused::group_range(b, g, lo, hi);
+      for (index_t j = lo; j < hi; ++j) {
+        const index_t begin = b.layout.begin(j), end = b.layout.end(j);
+        fused::scan_partial sp;
+        if (!fused::scan_reads_tokens(ra)) {
+          sp = fused::scan_without_tokens(begin, end);
+        } else {
+          sp.first = end;
+          for (index_t t = begin; t < end; ++t) fused::scan_token(ra, t, sp);
+        }
+        fused::finish_response(ra, j, sp);
+      }
+      group_fn<Obj, T>{obj, b, sc.r, sc.group_status, sc.group_zero_std}(g);
+      gp = group_partial::merge(gp, group_partial_fn{sc.group_status, sc.group_zero_std}(g));
+      if constexpr (Obj::ratio_type::scope == reco::ratio_scope::sequence) {
+        if (ra.sequence_here)
+          for (index_t j = lo; j < hi; ++j) {
+            double sum = 0;
+            for (index_t t = b.layout.begin(j); t < b.layout.end(j); ++t)
+              sum += fused::sequence_token(obj, b, sc.r.adv[j], t);
+            fused::finish_sequence(sc.r, j, sum);
+          }
+      }
+      for (index_t j = lo; j < hi; ++j) {
+        bp = batch_partial::merge(bp, batch_partial_fn<T>{b, sc.r, ra.reads_rewards}(j));
+        if (ra.final_responses) rp = response_partial::merge(rp, response_partial_fn{sc.r}(j));
+      }
+    }
+    sc.response_partials[blk] = fused::response_block_partial{bp, gp, rp};
+  }
+  {
+    batch_partial bp{};
+    response_partial rp{};
+    group_partial gp{};
+    for (index_t blk = 0; blk < p.response_grid; ++blk) {
+      bp = batch_partial::merge(bp, sc.response_partials[blk].batch);
+      rp = response_partial::merge(rp, sc.response_partials[blk].responses);
+      gp = group_partial::merge(gp, sc.response_partials[blk].groups);
+    }
+    fused::finish_responses(ra, bp, gp, rp);
+  }
+
+  // Kernel F: warps over responses.
+  if (p.finalize_grid > 0) {
+    const auto& fa = args.finalize;
+    response_partial rp{};
+    for (index_t i = 0; i < R; ++i) {
+      finalize_response_fn<Obj>{obj, sc.r, sc.scalars}(i);
+      if constexpr (Obj::ratio_type::scope == reco::ratio_scope::sequence) {
+        if (fa.sequence_here) {
+          double sum = 0;
+          for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t)
+            sum += fused::sequence_token(obj, b, sc.r.adv[i], t);
+          fused::finish_sequence(sc.r, i, sum);
+        }
+      }
+      rp = response_partial::merge(rp, response_partial_fn{sc.r}(i));
+    }
+    fused::finish_finalize(fa, rp);
+  }
+
+  // The sort-based pieces: the generic passes, here on the CPU backend.
+  const reco::cpu be{};
+  objective_scalars* s = sc.scalars;
+  if constexpr (Obj::selector_type::active) {
+    compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
+    mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+    if (obj.kept_denominator()) {
+      be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
+      be.reduce(R, response_partial_fn{sc.r}, merge_fn<response_partial>{}, &s->responses);
+      be.for_each(1, counts_fn<Obj>{s, norm, b.layout, true});
+    }
+  }
+  if constexpr (Obj::clip_type::needs_entropy_quantile) {
+    be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
+    be.segmented_sort(sc.keys, b.layout);
+    be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, sc.r, obj.clip.params.percentile});
+  }
+
+  // Kernel B: blocks over tiles, threads over their token_items tokens, views per thread.
+  const auto& ta = args.token;
+  const reco::aggregation_counts policy = s->policy, valid = s->valid;
+  for (index_t blk = 0; blk < p.token_grid; ++blk) {
+    std::vector<fused::token_accumulator> acc(fused::token_block);
+    std::vector<fused::response_view> views(fused::token_block);
+    for (index_t walked = blk; walked < p.tiles; walked += p.token_grid)
+      for (int th = 0; th < fused::token_block; ++th) {
+        const index_t tile = p.tiles - 1 - walked;  // the kernel's order: from the end of the batch
+        const index_t t0 = tile * fused::token_tile + static_cast<index_t>(th) * fused::token_items;
+        for (int k = 0; k < fused::token_items && t0 + k < N; ++k) {
+          const index_t t = t0 + k;
+          const T zero(0);
+          T g, ge;
+          fused::token_slot(ta, policy, valid, t, b.logp[t], b.old_logp ? b.old_logp[t] : zero,
+                            Obj::kl_type::active ? b.ref_logp[t] : zero, b.entropy ? b.entropy[t] : zero,
+                            b.token_weights ? b.token_weights[t] : zero, b.mask ? b.mask[t] : std::uint8_t(1),
+                            ta.kept ? ta.kept[t] : std::uint8_t(1), views[th], acc[th], g, ge);
+          ta.grad_logp[t] = g;
+          if (ta.grad_entropy) ta.grad_entropy[t] = ge;
+        }
+      }
+    token_partial tp{};
+    std::uint32_t status = 0;
+    for (int th = 0; th < fused::token_block; ++th) {
+      tp = token_partial::merge(tp, acc[th].to_partial());
+      status |= acc[th].status;
+    }
+    sc.token_partials[blk] = fused::token_block_partial{tp, status};
+  }
+  token_partial total{};
+  std::uint32_t status = 0;
+  for (index_t blk = 0; blk < p.token_grid; ++blk) {
+    total = token_partial::merge(total, sc.token_partials[blk].tokens);
+    status |= sc.token_partials[blk].status;
+  }
+  fused::finish_tokens(ta, total, status);
+  out.result = *sc.result;
+  return out;
+}
+
+}  // namespace fused_test
