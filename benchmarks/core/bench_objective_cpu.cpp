@@ -1,8 +1,13 @@
 // The per-token objective on the CPU backend: presets grpo, reco, dapo and rule_80_20 over
-// ragged batches of about 8K, 256K and 4M tokens (G = 8). Reports tokens/s and compulsory
-// bytes/s (each input read once, the gradient written once). The LibTorch eager baseline of the
-// same formulas lives in benchmarks/torch (same binary there, same run).
+// ragged batches of about 8K, 256K and 4M tokens (G = 8), with the token pass on packs
+// (".../packed", the default: SIMD, dispatched at run time to the widest instruction set the CPU
+// runs, RECO_SIMD_LEVEL=baseline|avx2 caps it) and token by token (".../scalar", reco::cpu::vectorise =
+// false). Reports tokens/s and compulsory bytes/s (each input read once, the gradient written
+// once). The LibTorch eager baseline of the same formulas lives in benchmarks/torch (same binary
+// there, same run).
 #include <benchmark/benchmark.h>
+
+#include <string>
 
 #include "core/batch_fixture.hpp"
 #include "reco/reco.hpp"
@@ -21,15 +26,17 @@ double bytes_per_token() {
   return b;
 }
 
-template <class Obj>
+template <class Obj, bool Packed>
 void bm_objective(benchmark::State& state) {
   const auto batch = reco_bench::make_token_batch(state.range(0));
   auto grad = batch.grad;
   Obj obj;
   reco::workspace<reco::cpu> ws;
+  reco::cpu backend;
+  backend.vectorise = Packed;
   const auto view = batch.view();
   for (auto _ : state) {
-    const auto r = obj(reco::cpu{}, view, reco::gradients<float>{grad, {}}, ws);
+    const auto r = obj(backend, view, reco::gradients<float>{grad, {}}, ws);
     benchmark::DoNotOptimize(r.loss);
     benchmark::ClobberMemory();
   }
@@ -41,14 +48,17 @@ void bm_objective(benchmark::State& state) {
   state.counters["tokens"] = n;
 }
 
-#define RECO_OBJECTIVE_BENCH(preset)                                                              \
-  BENCHMARK_TEMPLATE(bm_objective, reco::presets::preset)                                         \
-      ->Name("objective_cpu/" #preset)                                                            \
+#define RECO_OBJECTIVE_BENCH_PATH(preset, packed, path)                                           \
+  BENCHMARK_TEMPLATE(bm_objective, reco::presets::preset, packed)                                 \
+      ->Name("objective_cpu/" #preset "/" path)                                                   \
       ->Arg(8 << 10)                                                                              \
       ->Arg(256 << 10)                                                                            \
       ->Arg(4 << 20)                                                                              \
       ->Unit(benchmark::kMillisecond)                                                             \
       ->UseRealTime();
+#define RECO_OBJECTIVE_BENCH(preset)                \
+  RECO_OBJECTIVE_BENCH_PATH(preset, true, "packed") \
+  RECO_OBJECTIVE_BENCH_PATH(preset, false, "scalar")
 
 RECO_OBJECTIVE_BENCH(grpo)
 RECO_OBJECTIVE_BENCH(reco)
@@ -57,4 +67,15 @@ RECO_OBJECTIVE_BENCH(rule_80_20)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+#if RECO_SIMD
+  benchmark::AddCustomContext("reco packed token pass",
+                              std::string(reco::simd::active_isa()) + ", " +
+                                  std::to_string(reco::simd::active_width()) + " doubles per pack");
+#endif
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

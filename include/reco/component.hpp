@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "reco/config.hpp"
+#include "reco/detail/math.hpp"
 
 RECO_NAMESPACE_BEGIN
 
@@ -45,42 +46,53 @@ struct advantage_batch_stats {
   double token_var_biased = 0;
 };
 
-// One token as the per-token components see it (everything already in double).
-struct token_context {
-  double logp = 0;
-  double old_logp = 0;
-  double entropy = 0;
+// One token as the per-token components see it (everything already in double). The math is
+// written over V (reco/detail/math.hpp): V = double is one token; the CPU backend's vectorised
+// pass uses a pack of tokens of one response, so the per-response fields stay scalars.
+template <class V>
+struct basic_token_context {
+  V logp = V(0.0);
+  V old_logp = V(0.0);
+  V entropy = V(0.0);
   double advantage = 0;
   double sequence_log_ratio = 0;  // per-response value of a sequence-scope ratio
   double entropy_quantile = 0;    // per-response entropy percentile (entropy-split clip)
 };
+using token_context = basic_token_context<double>;
 
 // A clip-compatible ratio at one token.
 //  x          the value the clip compares against [1 - eps_low, 1 + eps_high]
 //  omega      gradient weight of the unclipped branch: d loss / d logp = -A * omega
-//  reciprocal the surrogate's value is -A / rho instead of -A * rho (ASPO's flipped ratio)
+//  reciprocal the surrogate's value is -A / rho instead of -A * rho (ASPO's flipped ratio; a
+//             per-response choice)
 //  clipped    the ratio form clipped this token itself (GMPO's log-space clip)
-struct ratio_value {
-  double x = 1;
-  double omega = 1;
+template <class V>
+struct basic_ratio_value {
+  V x = V(1.0);
+  V omega = V(1.0);
   bool reciprocal = false;
-  bool clipped = false;
+  detail::mask_t<V> clipped = false;
 };
+using ratio_value = basic_ratio_value<double>;
 
 // One token's policy-gradient surrogate: its loss, d loss / d logp, and what happened.
-struct surrogate_value {
-  double loss = 0;
-  double grad = 0;
-  double x = 1;         // ratio shown in the diagnostics
-  bool clipped = false;
-  bool dual = false;
+template <class V>
+struct basic_surrogate_value {
+  V loss = V(0.0);
+  V grad = V(0.0);
+  V x = V(1.0);  // ratio shown in the diagnostics
+  detail::mask_t<V> clipped = false;
+  detail::mask_t<V> dual = false;
 };
+using surrogate_value = basic_surrogate_value<double>;
 
 // A KL estimator at one token: its value and d value / d logp.
-struct kl_value {
-  double value = 0;
-  double grad = 0;
+template <class V>
+struct basic_kl_value {
+  V value = V(0.0);
+  V grad = V(0.0);
 };
+using kl_value = basic_kl_value<double>;
 
 // One response as a response weighter sees it.
 struct response_context {

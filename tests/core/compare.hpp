@@ -1,5 +1,7 @@
 // Compares one library objective with the independent double-precision reference on a batch:
-// loss parts, gradients (logp and entropy) and every diagnostic.
+// loss parts, gradients (logp and entropy) and every diagnostic. The CPU backend runs the token
+// pass on packs (vectorised) or token by token (scalar, the device path's arithmetic); both are
+// compared.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -35,13 +37,22 @@ struct library_output {
   std::vector<double> grad_logp, grad_entropy;
 };
 
+// The CPU backend with the packed (vectorised) or the scalar token pass.
+inline reco::cpu cpu_backend(bool vectorise) {
+  reco::cpu be;
+  be.vectorise = vectorise;
+  return be;
+}
+inline std::string path_name(bool vectorise) { return vectorise ? " (packed)" : " (scalar)"; }
+
 template <class T, class Obj>
-library_output run_library(const Obj& obj, const master_batch& m, const reco::normalisers& norm = {}) {
+library_output run_library(const Obj& obj, const master_batch& m, const reco::normalisers& norm = {},
+                           bool vectorise = true) {
   typed_batch<T> tb(m);
   std::vector<T> g(m.logp.size(), T(-5)), gh(m.logp.size(), T(-5));
   reco::workspace<reco::cpu> ws;
   library_output out;
-  out.result = obj(reco::cpu{}, tb.view(),
+  out.result = obj(cpu_backend(vectorise), tb.view(),
                    reco::gradients<T>{g, Obj::has_entropy_gradient ? reco::span<T>(gh) : reco::span<T>()}, ws, norm);
   out.grad_logp.assign(g.begin(), g.end());
   if (Obj::has_entropy_gradient) out.grad_entropy.assign(gh.begin(), gh.end());
@@ -107,22 +118,26 @@ inline void expect_matches(const library_output& lib, const reco_ref::output& re
   EXPECT_EQ(s.nonempty_responses, ref.nonempty_responses);
 }
 
-// Library vs reference on the standard sweep of ragged batches, in float and double.
+// Library vs reference on the standard sweep of ragged batches, in float and double, on both
+// token paths.
 template <class Obj>
 void check_against_reference(const Obj& obj, const reco_ref::config& cfg, const std::string& name,
                              std::uint64_t seed_base = 1000) {
   const auto specs = standard_specs();
   for (std::size_t k = 0; k < specs.size(); ++k) {
     const master_batch m0 = make_batch(seed_base + k, specs[k]);
-    {
-      master_batch m = m0;
-      round_to<float>(m);
-      expect_matches(run_library<float>(obj, m), reco_ref::evaluate(to_reference(m), cfg), tolerances_for<float>(),
-                     name + " float batch " + std::to_string(k));
+    master_batch m32 = m0;
+    round_to<float>(m32);
+    const reco_ref::output ref32 = reco_ref::evaluate(to_reference(m32), cfg);
+    const reco_ref::output ref64 = reco_ref::evaluate(to_reference(m0), cfg);
+    for (bool vectorise : {true, false}) {
+      const std::string path = path_name(vectorise);
+      expect_matches(run_library<float>(obj, m32, {}, vectorise), ref32, tolerances_for<float>(),
+                     name + " float batch " + std::to_string(k) + path);
+      expect_matches(run_library<double>(obj, m0, {}, vectorise), ref64, tolerances_for<double>(),
+                     name + " double batch " + std::to_string(k) + path);
+      if (::testing::Test::HasFatalFailure()) return;
     }
-    expect_matches(run_library<double>(obj, m0), reco_ref::evaluate(to_reference(m0), cfg), tolerances_for<double>(),
-                   name + " double batch " + std::to_string(k));
-    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -130,7 +145,8 @@ void check_against_reference(const Obj& obj, const reco_ref::config& cfg, const 
 // analytic gradient, in double. Tokens sitting on a kink (where the one-sided slopes disagree)
 // are skipped; they must be rare.
 template <class Obj>
-void check_finite_differences(const Obj& obj, const reco_ref::config& cfg, const std::string& name, std::uint64_t seed) {
+void check_finite_differences(const Obj& obj, const reco_ref::config& cfg, const std::string& name, std::uint64_t seed,
+                              bool vectorise = true) {
   batch_spec spec;
   spec.groups = 4;
   spec.max_group = 5;
@@ -138,7 +154,7 @@ void check_finite_differences(const Obj& obj, const reco_ref::config& cfg, const
   spec.padded = seed % 2 == 0;
   spec.response_weights = true;
   const master_batch m = make_batch(seed, spec);
-  const library_output lib = run_library<double>(obj, m);
+  const library_output lib = run_library<double>(obj, m, {}, vectorise);
   const reco_ref::batch rb = to_reference(m);
   const double h = 1e-6;
   double gmax = 0;
@@ -158,7 +174,7 @@ void check_finite_differences(const Obj& obj, const reco_ref::config& cfg, const
     }
     ++checked;
     EXPECT_NEAR(lib.grad_logp[t], central, 1e-7 * (std::fabs(central) + gmax) + 1e-12)
-        << name << " token " << t << " (masked: " << !m.mask[t] << ")";
+        << name << path_name(vectorise) << " token " << t << " (masked: " << !m.mask[t] << ")";
   }
   EXPECT_GT(checked, 0) << name;
   EXPECT_LE(kinks, static_cast<int>(m.logp.size() / 20) + 1) << name << ": too many kinks skipped";

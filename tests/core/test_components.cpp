@@ -358,8 +358,10 @@ TEST(Components, TokenWeights) {
     batch_spec s = specs[k];
     s.token_weights = true;
     master_batch m = make_batch(900 + k, s);
-    expect_matches(run_library<double>(o, m), reco_ref::evaluate(to_reference(m), cc), tolerances_for<double>(),
-                   "token weights " + std::to_string(k));
+    const reco_ref::output ref = reco_ref::evaluate(to_reference(m), cc);
+    for (bool vectorise : {true, false})
+      expect_matches(run_library<double>(o, m, {}, vectorise), ref, tolerances_for<double>(),
+                     "token weights " + std::to_string(k) + path_name(vectorise));
   }
 }
 

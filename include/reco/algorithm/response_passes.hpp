@@ -10,6 +10,7 @@
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
+#include "reco/detail/simd.hpp"
 #include "reco/result.hpp"
 #include "reco/weight/common.hpp"
 
@@ -65,6 +66,18 @@ struct input_checks {
   bool response_weights = false;
 };
 
+// What pass 1 finds in one response's tokens.
+struct token_scan {
+  index_t n = 0, first = -1, last = -1;  // valid tokens, first and last valid position
+  double old_sum = 0;                    // sum of old_logp (logp when on-policy) over them
+  std::uint32_t status = 0;              // value checks of the per-token inputs
+};
+
+#if RECO_SIMD
+template <class T>
+struct packed_scan;  // the vectorised CPU loop, below scan_response_fn
+#endif
+
 // Pass 1, per response: offsets, valid-token count and span, mean old log-prob, value checks.
 template <class T>
 struct scan_response_fn {
@@ -73,7 +86,49 @@ struct scan_response_fn {
   response_scratch r;
 
   RECO_HOST_DEVICE void operator()(index_t i) const {
-    std::uint32_t st = 0;
+    finish(i, scan_tokens(b.layout.begin(i), b.layout.end(i)));
+  }
+  // CPU backend: the same with the token loop on packs (packed_scan).
+  void run_packed(index_t i) const {
+#if RECO_SIMD
+    token_scan s;
+    const index_t begin = b.layout.begin(i), end = b.layout.end(i);
+    simd::run_widest<packed_scan<T>>(*this, begin, end, s);
+    finish(i, s);
+#else
+    (*this)(i);
+#endif
+  }
+
+  // The tokens [begin, end) one at a time.
+  RECO_HOST_DEVICE token_scan scan_tokens(index_t begin, index_t end) const {
+    token_scan s;
+    for (index_t t = begin; t < end; ++t) {
+      if (!b.valid(t)) continue;
+      ++s.n;
+      if (s.first < 0) s.first = t;
+      s.last = t;
+      const double lp = static_cast<double>(b.logp[t]);
+      if (!finite(lp) || (checks.probabilities && lp > 0)) s.status |= bad_logp;
+      double old = lp;
+      if (b.old_logp) {
+        old = static_cast<double>(b.old_logp[t]);
+        if (!finite(old) || (checks.probabilities && old > 0)) s.status |= bad_old_logp;
+      }
+      s.old_sum += old;
+      if (checks.ref && !finite(static_cast<double>(b.ref_logp[t]))) s.status |= bad_ref_logp;
+      if (checks.entropy && !finite(static_cast<double>(b.entropy[t]))) s.status |= bad_entropy;
+      if (b.token_weights) {
+        const double w = static_cast<double>(b.token_weights[t]);
+        if (!finite(w) || w < 0) s.status |= bad_token_weights;
+      }
+    }
+    return s;
+  }
+
+  // The per-response checks and the outputs.
+  RECO_HOST_DEVICE void finish(index_t i, const token_scan& s) const {
+    std::uint32_t st = s.status;
     const token_layout& L = b.layout;
     if (L.kind == layout_kind::packed) {
       const index_t o0 = L.offsets[i], o1 = L.offsets[i + 1];
@@ -81,42 +136,96 @@ struct scan_response_fn {
       if (i == 0 && o0 != 0) st |= bad_token_offsets;
       if (i == L.responses - 1 && o1 != L.tokens) st |= bad_token_offsets;
     }
-    const index_t begin = L.begin(i), end = L.end(i);
-    index_t n = 0, first = -1, last = -1;
-    double old_sum = 0;
-    for (index_t t = begin; t < end; ++t) {
-      if (!b.valid(t)) continue;
-      ++n;
-      if (first < 0) first = t;
-      last = t;
-      const double lp = static_cast<double>(b.logp[t]);
-      if (!finite(lp) || (checks.probabilities && lp > 0)) st |= bad_logp;
-      double old = lp;
-      if (b.old_logp) {
-        old = static_cast<double>(b.old_logp[t]);
-        if (!finite(old) || (checks.probabilities && old > 0)) st |= bad_old_logp;
-      }
-      old_sum += old;
-      if (checks.ref && !finite(static_cast<double>(b.ref_logp[t]))) st |= bad_ref_logp;
-      if (checks.entropy && !finite(static_cast<double>(b.entropy[t]))) st |= bad_entropy;
-      if (b.token_weights) {
-        const double w = static_cast<double>(b.token_weights[t]);
-        if (!finite(w) || w < 0) st |= bad_token_weights;
-      }
-    }
     if (checks.rewards && !finite(static_cast<double>(b.rewards[i]))) st |= bad_rewards;
     if (checks.advantages && !finite(static_cast<double>(b.advantages[i]))) st |= bad_advantages;
     if (checks.response_weights) {
       const double w = static_cast<double>(b.response_weights[i]);
       if (!finite(w) || w < 0) st |= bad_response_weights;
     }
-    r.length[i] = n;
-    r.first[i] = first;
-    r.last[i] = last;
-    r.old_mean[i] = n > 0 ? old_sum / static_cast<double>(n) : 0.0;
+    r.length[i] = s.n;
+    r.first[i] = s.first;
+    r.last[i] = s.last;
+    r.old_mean[i] = s.n > 0 ? s.old_sum / static_cast<double>(s.n) : 0.0;
     r.status[i] = st;
   }
 };
+
+#if RECO_SIMD
+// Pass 1's token loop on packs of W tokens: the same checks and sums, the old_logp sum kept per
+// lane (so it rounds differently from the scalar loop), the checks or-ed per lane. Only the span
+// between the first and the last valid token is read as packs.
+template <class T>
+struct packed_scan {
+  template <int W>
+  struct lanes_state {
+    simd::mask<W> logp_bad = false, old_bad = false, ref_bad = false, entropy_bad = false, weights_bad = false;
+    simd::pack<W> old_sum = 0.0;
+    simd::counter<W> n;
+  };
+
+  template <int W>
+  static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
+                                   token_scan& s) {
+    const batch_pointers<T>& b = f.b;
+    index_t first = begin, last = end - 1;
+    if (b.mask) {
+      while (first < end && b.mask[first] == 0) ++first;
+      while (last > first && b.mask[last] == 0) --last;
+    }
+    if (first > last) return;  // no valid token
+    s.first = first;
+    s.last = last;
+    lanes_state<W> st;
+    index_t t = first;
+    for (; t + W <= last + 1; t += W) step<W, true>(f, t, W, st);
+    if (t <= last) step<W, false>(f, t, static_cast<int>(last + 1 - t), st);
+    s.n = static_cast<index_t>(st.n.total());
+    s.old_sum = simd::sum_lanes(st.old_sum);
+    if (simd::any(st.logp_bad)) s.status |= bad_logp;
+    if (simd::any(st.old_bad)) s.status |= bad_old_logp;
+    if (simd::any(st.ref_bad)) s.status |= bad_ref_logp;
+    if (simd::any(st.entropy_bad)) s.status |= bad_entropy;
+    if (simd::any(st.weights_bad)) s.status |= bad_token_weights;
+  }
+
+  template <int W, bool Full>
+  static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
+    if constexpr (Full) return simd::load<W>(src);
+    else return simd::load_first<W>(src, n);
+  }
+  // x - x == 0: false for NaN and +-inf.
+  template <int W>
+  static RECO_SIMD_INLINE simd::mask<W> finite_lanes(const simd::pack<W>& x) {
+    return x - x == simd::pack<W>(0.0);
+  }
+
+  template <int W, bool Full>
+  static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, index_t t, int n, lanes_state<W>& st) {
+    using P = simd::pack<W>;
+    using M = simd::mask<W>;
+    const batch_pointers<T>& b = f.b;
+    const input_checks& checks = f.checks;
+    M valid = Full ? M(true) : simd::first_lanes<W>(n);
+    if (b.mask)
+      valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
+    const P lp = load<W, Full>(b.logp + t, n);
+    st.logp_bad = st.logp_bad || (valid && !(finite_lanes(lp) && (!checks.probabilities || lp <= P(0.0))));
+    P old = lp;
+    if (b.old_logp) {
+      old = load<W, Full>(b.old_logp + t, n);
+      st.old_bad = st.old_bad || (valid && !(finite_lanes(old) && (!checks.probabilities || old <= P(0.0))));
+    }
+    st.old_sum += simd::select(valid, old, P(0.0));
+    if (checks.ref) st.ref_bad = st.ref_bad || (valid && !finite_lanes(load<W, Full>(b.ref_logp + t, n)));
+    if (checks.entropy) st.entropy_bad = st.entropy_bad || (valid && !finite_lanes(load<W, Full>(b.entropy + t, n)));
+    if (b.token_weights) {
+      const P w = load<W, Full>(b.token_weights + t, n);
+      st.weights_bad = st.weights_bad || (valid && !(finite_lanes(w) && w >= P(0.0)));
+    }
+    st.n.add(valid);
+  }
+};
+#endif  // RECO_SIMD
 
 // Pass 2, per group: group offsets, the estimator's group stage, raw capped weights and the
 // group-mean weight normalisation.

@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
+#include "reco/detail/simd.hpp"
 #include "reco/result.hpp"
 #include "reco/select/top_entropy.hpp"
 
@@ -17,8 +20,8 @@ namespace detail {
 
 // The policy-gradient surrogate of one token: a self-clipped ratio form computes it alone,
 // any other goes through the clip policy.
-template <class Obj>
-RECO_HOST_DEVICE inline surrogate_value policy_surrogate(const Obj& obj, const token_context& c) {
+template <class Obj, class V>
+RECO_TOKEN_MATH basic_surrogate_value<V> policy_surrogate(const Obj& obj, const basic_token_context<V>& c) {
   if constexpr (Obj::ratio_type::self_clipped) {
     return obj.ratio.surrogate(c);
   } else {
@@ -65,6 +68,24 @@ struct coefficients_fn {
   }
 };
 
+#if RECO_SIMD
+template <class Obj, class T>
+struct packed_tokens;  // the vectorised CPU loop, below token_fn
+#endif
+
+// What the token pass reads once per response.
+struct response_values {
+  double advantage = 0;
+  double sequence_log_ratio = 0;
+  double entropy_quantile = 0;
+  double policy_scale = 0;  // policy aggregation coefficient times the response weight
+  double coef = 0;          // aggregation coefficient of the KL / entropy terms
+  // Thirds of the valid span: third k holds d = t - first with floor(3 d / span) == k, i.e.
+  // d >= ceil(k span / 3) (a division by the constant 3, not by span, per response).
+  index_t cut1 = 0, cut2 = 0;
+  index_t first = -1, last = -1;  // first and last valid position (-1: none)
+};
+
 template <class Obj, class T>
 struct token_fn {
   Obj obj;
@@ -76,23 +97,32 @@ struct token_fn {
   T* grad_entropy;  // null unless an entropy term is on
   bool kept_denominator;
 
-  // Adds the tokens [t0, t1) of response i to p and writes their gradients. The per-response
-  // values (advantage, weight, coefficients) are read once; CPU reductions call this once per
-  // response segment and device reductions one token at a time through operator().
-  RECO_HOST_DEVICE void accumulate_range(token_partial& p, index_t i, index_t t0, index_t t1) const {
-    const double adv = r.adv[i];
-    const double seq = r.seq_log ? r.seq_log[i] : 0.0;
-    const double quantile = r.entropy_q ? r.entropy_q[i] : 0.0;
+  RECO_HOST_DEVICE response_values response(index_t i) const {
+    response_values v;
+    v.advantage = r.adv[i];
+    v.sequence_log_ratio = r.seq_log ? r.seq_log[i] : 0.0;
+    v.entropy_quantile = r.entropy_q ? r.entropy_q[i] : 0.0;
     const index_t n = r.length[i];
     const double coef_policy = r.coef_policy
                                    ? r.coef_policy[i]
                                    : obj.aggregate.coefficient(s->policy, kept_denominator ? r.kept[i] : n);
-    const double policy_scale = coef_policy * r.weight[i];
-    const double coef = r.coef_valid ? r.coef_valid[i] : obj.aggregate.coefficient(s->valid, n);
-    // Thirds of the valid span: third k holds d = t - first with floor(3 d / span) == k, i.e.
-    // d >= ceil(k span / 3) (a division by the constant 3, not by span, per response).
+    v.policy_scale = coef_policy * r.weight[i];
+    v.coef = r.coef_valid ? r.coef_valid[i] : obj.aggregate.coefficient(s->valid, n);
     const index_t first = r.first[i], span_len = r.last[i] - first + 1;
-    const index_t cut1 = first + (span_len + 2) / 3, cut2 = first + (2 * span_len + 2) / 3;
+    v.cut1 = first + (span_len + 2) / 3;
+    v.cut2 = first + (2 * span_len + 2) / 3;
+    v.first = first;
+    v.last = r.last[i];
+    return v;
+  }
+
+  // Adds the tokens [t0, t1) of response i to p and writes their gradients, one token at a time
+  // in double: the device path (through operator()) and the CPU's scalar path.
+  RECO_HOST_DEVICE void accumulate_range(token_partial& p, index_t i, index_t t0, index_t t1) const {
+    const response_values v = response(i);
+    const double adv = v.advantage;
+    const double policy_scale = v.policy_scale;
+    const double coef = v.coef;
 
     for (index_t t = t0; t < t1; ++t) {
       if (!b.valid(t)) {
@@ -105,8 +135,8 @@ struct token_fn {
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
       c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
       c.advantage = adv;
-      c.sequence_log_ratio = seq;
-      c.entropy_quantile = quantile;
+      c.sequence_log_ratio = v.sequence_log_ratio;
+      c.entropy_quantile = v.entropy_quantile;
       double grad = 0;
       p.valid += 1;
 
@@ -141,11 +171,26 @@ struct token_fn {
         if (grad_entropy) grad_entropy[t] = T(0);
       }
       p.entropy_sum += c.entropy;
-      const int third = (t >= cut1 ? 1 : 0) + (t >= cut2 ? 1 : 0);
+      const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
       p.var_sum[third] += bernoulli_variance(c.logp, 0.0);
       p.var_count[third] += 1;
       grad_logp[t] = static_cast<T>(grad);
     }
+  }
+
+  // CPU backend: the tokens [t0, t1) of response i, simd::width at a time when `vectorise` and
+  // every component has pack math (packed_tokens); the scalar loop above otherwise.
+  void accumulate_segment(token_partial& p, index_t i, index_t t0, index_t t1, bool vectorise) const {
+#if RECO_SIMD
+    if constexpr (packed_tokens<Obj, T>::supported) {
+      if (vectorise) {
+        simd::run_widest<packed_tokens<Obj, T>>(*this, p, i, t0, t1);
+        return;
+      }
+    }
+#endif
+    (void)vectorise;
+    accumulate_range(p, i, t0, t1);
   }
 
   RECO_HOST_DEVICE token_partial operator()(index_t i, index_t t) const {
@@ -154,6 +199,197 @@ struct token_fn {
     return p;
   }
 };
+
+#if RECO_SIMD
+// The token pass on packs of W tokens of one response: the same per-token math (the components'
+// functions instantiated for a pack), with every per-token branch a select and the sums kept per
+// lane until the end of the segment. Lanes that hold no valid token (masked, padding, past the
+// segment's end) compute on harmless stand-in values and are left out of every sum; their
+// gradients are written as 0. The segment is cut at the response's thirds (token-variance bins)
+// so that each run adds to one bin.
+template <class Obj, class T, int W>
+struct packed_kernel {
+  using P = simd::pack<W>;
+  using M = simd::mask<W>;
+  using context = basic_token_context<P>;
+
+  template <class R, class = void>
+  struct ratio_ok : std::false_type {};
+  template <class R>
+  struct ratio_ok<R, std::enable_if_t<R::self_clipped, std::void_t<decltype(std::declval<const R&>().surrogate(
+                                                             std::declval<const context&>()))>>>
+      : std::is_same<decltype(std::declval<const R&>().surrogate(std::declval<const context&>())),
+                     basic_surrogate_value<P>> {};
+  template <class R>
+  struct ratio_ok<R, std::enable_if_t<!R::self_clipped, std::void_t<decltype(std::declval<const R&>().eval(
+                                                              std::declval<const context&>()))>>>
+      : std::is_same<decltype(std::declval<const R&>().eval(std::declval<const context&>())), basic_ratio_value<P>> {
+  };
+  template <class C, class = void>
+  struct clip_ok : std::false_type {};
+  template <class C>
+  struct clip_ok<C, std::void_t<decltype(std::declval<const C&>().apply(std::declval<const basic_ratio_value<P>&>(),
+                                                                        std::declval<const context&>()))>>
+      : std::is_same<decltype(std::declval<const C&>().apply(std::declval<const basic_ratio_value<P>&>(),
+                                                             std::declval<const context&>())),
+                     basic_surrogate_value<P>> {};
+  template <class K, class = void>
+  struct kl_ok : std::bool_constant<!K::active> {};
+  template <class K>
+  struct kl_ok<K, std::void_t<decltype(std::declval<const K&>().estimate(std::declval<const P&>(),
+                                                                         std::declval<const P&>()))>>
+      : std::is_same<decltype(std::declval<const K&>().estimate(std::declval<const P&>(), std::declval<const P&>())),
+                     basic_kl_value<P>> {};
+
+  // Components written only for double (a user's own, say) keep the scalar loop.
+  static constexpr bool supported =
+      ratio_ok<typename Obj::ratio_type>::value &&
+      (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) && kl_ok<typename Obj::kl_type>::value;
+
+  // Per-lane partial sums of one segment.
+  struct lane_sums {
+    P policy, ppo_kl, ratio_sum, ratio_min = P(huge_value), ratio_max = P(-huge_value);
+    P entropy_kept, kl, entropy, variance;
+    simd::counter<W> valid, policy_tokens, clipped, dual;
+  };
+
+  static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
+                                   index_t t1) {
+    // A local copy: the gradient stores cannot alias it, so the parameters and pointers stay in
+    // registers instead of being reloaded after every store.
+    const token_fn<Obj, T> f = shared;
+    const response_values v = f.response(i);
+    // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
+    auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
+    const index_t lo = v.first < 0 ? t1 : clamp(v.first, t0, t1);
+    const index_t hi = v.first < 0 ? t1 : clamp(v.last + 1, lo, t1);
+    zero_gradients(f, t0, lo);
+    zero_gradients(f, hi, t1);
+    lane_sums acc;
+    // Runs that each fall in one third of the valid span (the cuts clamped into [lo, hi]).
+    const index_t bounds[4] = {lo, clamp(v.cut1, lo, hi), clamp(v.cut2, lo, hi), hi};
+    for (int third = 0; third < 3; ++third) {
+      const index_t begin = bounds[third], end = bounds[third + 1];
+      if (end <= begin) continue;
+      const double valid_before = acc.valid.total();
+      acc.variance = P(0.0);
+      index_t t = begin;
+      for (; t + W <= end; t += W) step<true>(f, v, t, W, acc);
+      if (t < end) step<false>(f, v, t, static_cast<int>(end - t), acc);
+      p.var_sum[third] += simd::sum_lanes(acc.variance);
+      p.var_count[third] += acc.valid.total() - valid_before;
+    }
+
+    const double clipped = acc.clipped.total();
+    p.valid += acc.valid.total();
+    p.policy_tokens += acc.policy_tokens.total();
+    p.clipped += clipped;
+    if (v.advantage < 0) p.clip_low += clipped;
+    if (v.advantage > 0) p.clip_high += clipped;
+    p.dual += acc.dual.total();
+    p.policy += simd::sum_lanes(acc.policy);
+    p.ppo_kl += simd::sum_lanes(acc.ppo_kl);
+    p.ratio_sum += simd::sum_lanes(acc.ratio_sum);
+    const double rmin = simd::min_lanes(acc.ratio_min), rmax = simd::max_lanes(acc.ratio_max);
+    p.ratio_min = rmin < p.ratio_min ? rmin : p.ratio_min;
+    p.ratio_max = rmax > p.ratio_max ? rmax : p.ratio_max;
+    p.entropy_kept_sum += simd::sum_lanes(acc.entropy_kept);
+    const double entropy = simd::sum_lanes(acc.entropy);
+    p.entropy_sum += entropy;
+    if constexpr (Obj::kl_type::active) {
+      const double kl = simd::sum_lanes(acc.kl);
+      p.kl += f.obj.kl.params.beta * v.coef * kl;
+      p.kl_sum += kl;
+    }
+    if constexpr (Obj::entropy_type::active) p.entropy -= f.obj.entropy.params.coef * v.coef * entropy;
+  }
+
+  static void zero_gradients(const token_fn<Obj, T>& f, index_t begin, index_t end) {
+    for (index_t t = begin; t < end; ++t) f.grad_logp[t] = T(0);
+    if (f.grad_entropy)
+      for (index_t t = begin; t < end; ++t) f.grad_entropy[t] = T(0);
+  }
+
+  // The W values from src (Full), or the first n < W and zeros.
+  template <bool Full>
+  static RECO_SIMD_INLINE P load(const T* src, int n) {
+    if constexpr (Full) return simd::load<W>(src);
+    else return simd::load_first<W>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE M flags(const std::uint8_t* src, int n) {
+    if constexpr (Full) return simd::load_flags<W>(src);
+    else return simd::load_first_flags<W>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE void store(T* dst, const P& x, int n) {
+    if constexpr (Full) simd::store<W>(dst, x);
+    else simd::store_first<W>(dst, x, n);
+  }
+
+  // W tokens from t (Full), or the n < W left at the end of a run.
+  template <bool Full>
+  static RECO_SIMD_INLINE void step(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n,
+                                    lane_sums& acc) {
+    const batch_pointers<T>& b = f.b;
+
+    M valid = Full ? M(true) : simd::first_lanes<W>(n);
+    if (b.mask) valid = valid && flags<Full>(b.mask + t, n);
+    // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
+    // for every component, so nothing below overflows or traps on them.
+    context c;
+    c.logp = simd::select(valid, load<Full>(b.logp + t, n), P(-1.0));
+    c.old_logp = b.old_logp ? simd::select(valid, load<Full>(b.old_logp + t, n), P(-1.0)) : c.logp;
+    c.entropy = b.entropy ? simd::select(valid, load<Full>(b.entropy + t, n), P(0.0)) : P(0.0);
+    c.advantage = v.advantage;
+    c.sequence_log_ratio = v.sequence_log_ratio;
+    c.entropy_quantile = v.entropy_quantile;
+    const M policy = f.kept ? valid && flags<Full>(f.kept + t, n) : valid;
+
+    const basic_surrogate_value<P> sv = policy_surrogate(f.obj, c);
+    P scale = v.policy_scale;
+    if (b.token_weights) scale = v.policy_scale * simd::select(policy, load<Full>(b.token_weights + t, n), P(0.0));
+    acc.policy += simd::select(policy, scale * sv.loss, P(0.0));
+    // 0 + g, as the scalar loop accumulates: an exact zero gradient is +0.
+    P grad = P(0.0) + simd::select(policy, scale * sv.grad, P(0.0));
+    acc.policy_tokens.add(policy);
+    acc.clipped.add(policy && sv.clipped);
+    acc.dual.add(policy && sv.dual);
+    acc.ppo_kl += simd::select(policy, c.old_logp - c.logp, P(0.0));
+    acc.ratio_sum += simd::select(policy, sv.x, P(0.0));
+    acc.ratio_min = simd::select(policy && sv.x < acc.ratio_min, sv.x, acc.ratio_min);
+    acc.ratio_max = simd::select(policy && sv.x > acc.ratio_max, sv.x, acc.ratio_max);
+    acc.entropy_kept += simd::select(policy, c.entropy, P(0.0));
+
+    if constexpr (Obj::kl_type::active) {
+      const P ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
+      const basic_kl_value<P> k = f.obj.kl.estimate(c.logp, ref);
+      acc.kl += simd::select(valid, k.value, P(0.0));
+      grad = grad + simd::select(valid, f.obj.kl.params.beta * v.coef * k.grad, P(0.0));
+    }
+    if constexpr (Obj::entropy_type::active) {
+      store<Full>(f.grad_entropy + t, simd::select(valid, P(-f.obj.entropy.params.coef * v.coef), P(0.0)), n);
+    } else {
+      if (f.grad_entropy) store<Full>(f.grad_entropy + t, P(0.0), n);
+    }
+    acc.entropy += c.entropy;
+    acc.variance += simd::select(valid, bernoulli_variance(c.logp, 0.0), P(0.0));
+    acc.valid.add(valid);
+    store<Full>(f.grad_logp + t, grad, n);
+  }
+};
+
+// The packed token pass at the widest width the process runs (simd::run_widest).
+template <class Obj, class T>
+struct packed_tokens {
+  static constexpr bool supported = packed_kernel<Obj, T, simd::width>::supported;
+  template <int W>
+  static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& f, token_partial& p, const index_t& i, const index_t& t0,
+                                   const index_t& t1) {
+    packed_kernel<Obj, T, W>::run(f, p, i, t0, t1);
+  }
+};
+#endif  // RECO_SIMD
 
 // Single-thread step: the result from the partial sums.
 struct result_fn {

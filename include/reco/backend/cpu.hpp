@@ -29,6 +29,16 @@
 RECO_NAMESPACE_BEGIN
 
 namespace detail {
+template <class F, class = void>
+struct has_run_packed : std::false_type {};
+template <class F>
+struct has_run_packed<F, std::void_t<decltype(std::declval<const F&>().run_packed(index_t{}))>> : std::true_type {};
+template <class F, class Acc, class = void>
+struct has_accumulate_segment : std::false_type {};
+template <class F, class Acc>
+struct has_accumulate_segment<F, Acc,
+                              std::void_t<decltype(std::declval<const F&>().accumulate_segment(
+                                  std::declval<Acc&>(), index_t{}, index_t{}, index_t{}, bool{}))>> : std::true_type {};
 template <class F, class Acc, class = void>
 struct has_accumulate_range : std::false_type {};
 template <class F, class Acc>
@@ -57,6 +67,12 @@ struct cpu {
   // cost more than the work (and results are the same bits either way).
   static constexpr index_t serial_below = index_t(1) << 16;
   bool serial = false;
+
+  // The per-token passes (the response scan and the token pass) run on packs of doubles
+  // (reco/detail/simd.hpp) where the compiler and the objective's components allow it, at the
+  // widest instruction set the CPU runs. false keeps the scalar loops, the device path's
+  // arithmetic token by token (results differ from the packed passes in the last bits).
+  bool vectorise = true;
   cpu for_work(index_t tokens) const {
     cpu c = *this;
     c.serial = serial || tokens < serial_below;
@@ -71,8 +87,20 @@ struct cpu {
 #endif
   }
 
+  // f(i) for i in [0, n); f.run_packed(i) instead where f has a vectorised form (vectorise).
   template <class F>
   void for_each(index_t n, F f) const {
+    if constexpr (detail::has_run_packed<F>::value) {
+      if (vectorise) {
+        for_each_index(n, [f](index_t i) { f.run_packed(i); });
+        return;
+      }
+    }
+    for_each_index(n, f);
+  }
+  // f(i) for i in [0, n), in parallel unless serial.
+  template <class F>
+  void for_each_index(index_t n, F f) const {
     if (n <= 0) return;
     if (serial || n == 1) {
       for (index_t i = 0; i < n; ++i) f(i);
@@ -108,12 +136,20 @@ struct cpu {
     const index_t chunks = (n + chunk - 1) / chunk;
     std::vector<unsigned char> local;
     Acc* parts = partial_buffer<Acc>(chunks, local);
+    const bool packed = vectorise;
     for_each(chunks, [=](index_t c) {
       Acc acc{};
       const index_t b = c * chunk, e = std::min(n, b + chunk);
       index_t i = layout.response_of(b);
-      if constexpr (detail::has_accumulate_range<F, Acc>::value) {
-        // One (vectorised) call per response segment of the chunk, accumulating in place.
+      if constexpr (detail::has_accumulate_segment<F, Acc>::value) {
+        // One call per response segment of the chunk, accumulating in place (vectorised).
+        for (index_t t = b; t < e;) {
+          while (t >= layout.end(i)) ++i;
+          const index_t stop = std::min(e, layout.end(i));
+          f.accumulate_segment(acc, i, t, stop, packed);
+          t = stop;
+        }
+      } else if constexpr (detail::has_accumulate_range<F, Acc>::value) {
         for (index_t t = b; t < e;) {
           while (t >= layout.end(i)) ++i;
           const index_t stop = std::min(e, layout.end(i));

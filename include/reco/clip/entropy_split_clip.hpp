@@ -40,10 +40,12 @@ struct entropy_split_clip {
   static constexpr bool needs_entropy_quantile = true;
   static constexpr bool clips = true;
 
-  RECO_HOST_DEVICE surrogate_value apply(const ratio_value& rv, const token_context& c) const {
-    const bool high = c.entropy > c.entropy_quantile;
-    return detail::ppo_surrogate(rv, c, high ? params.high_entropy_eps_low : params.eps_low,
-                                 high ? params.high_entropy_eps_high : params.eps_high,
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> apply(const basic_ratio_value<V>& rv,
+                                                  const basic_token_context<V>& c) const {
+    const detail::mask_t<V> high = c.entropy > c.entropy_quantile;
+    return detail::ppo_surrogate(rv, c, detail::select(high, V(params.high_entropy_eps_low), V(params.eps_low)),
+                                 detail::select(high, V(params.high_entropy_eps_high), V(params.eps_high)),
                                  params.dual_clip, params.dual_clip_c);
   }
 };

@@ -15,10 +15,12 @@ struct no_clip {
   static constexpr bool needs_entropy_quantile = false;
   static constexpr bool clips = false;
 
-  RECO_HOST_DEVICE surrogate_value apply(const ratio_value& rv, const token_context& c) const {
-    surrogate_value s;
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> apply(const basic_ratio_value<V>& rv,
+                                                  const basic_token_context<V>& c) const {
+    basic_surrogate_value<V> s;
     s.x = rv.x;
-    s.loss = -c.advantage * (rv.reciprocal ? 1.0 / rv.x : rv.x);
+    s.loss = -c.advantage * (rv.reciprocal ? V(1.0) / rv.x : rv.x);
     s.grad = -c.advantage * rv.omega;
     s.clipped = rv.clipped && c.advantage != 0;
     return s;

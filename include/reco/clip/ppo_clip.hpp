@@ -21,35 +21,43 @@ enum class dual_clip_mode : std::uint8_t { off, hard, soft };
 
 namespace detail {
 
-RECO_HOST_DEVICE inline surrogate_value ppo_surrogate(const ratio_value& rv, const token_context& c,
-                                                      double eps_low, double eps_high,
-                                                      dual_clip_mode dual, double dual_c) {
-  surrogate_value s;
+// The advantage is per response, so every test on its sign is a plain branch; tests on the ratio
+// are per token (select).
+template <class V>
+RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V>& rv, const basic_token_context<V>& c,
+                                                       const V& eps_low, const V& eps_high, dual_clip_mode dual,
+                                                       double dual_c) {
+  using mask = mask_t<V>;
+  basic_surrogate_value<V> s;
   s.x = rv.x;
   const double a = c.advantage;
-  bool clipped = rv.clipped;
-  double rho = rv.x;
-  if (a > 0 && rv.x > 1.0 + eps_high) {
-    clipped = true;
-    rho = 1.0 + eps_high;
-  } else if (a < 0 && rv.x < 1.0 - eps_low) {
-    clipped = true;
-    rho = 1.0 - eps_low;
+  mask clipped = rv.clipped;
+  V rho = rv.x;
+  if (a > 0) {
+    const V bound = V(1.0) + eps_high;
+    clipped = clipped || rv.x > bound;
+    rho = mind(rv.x, bound);
+  } else if (a < 0) {
+    const V bound = V(1.0) - eps_low;
+    clipped = clipped || rv.x < bound;
+    rho = maxd(rv.x, bound);
   }
-  s.loss = -a * (rv.reciprocal ? 1.0 / rho : rho);
-  s.grad = clipped ? 0.0 : -a * rv.omega;
+  s.loss = -a * (rv.reciprocal ? V(1.0) / rho : rho);
+  s.grad = select(clipped, V(0.0), -a * rv.omega);
   s.clipped = clipped && a != 0;
   if (dual == dual_clip_mode::hard) {
-    if (a < 0 && s.loss > -a * dual_c) {
-      s.loss = -a * dual_c;
-      s.grad = 0.0;
-      s.dual = true;
+    if (a < 0) {
+      const mask capped = s.loss > -a * dual_c;
+      s.loss = mind(s.loss, V(-a * dual_c));
+      s.grad = select(capped, V(0.0), s.grad);
+      s.dual = capped;
     }
   } else if (dual == dual_clip_mode::soft) {
-    if (!clipped && a != 0 && rv.omega > dual_c) {
-      s.loss = -a * dual_c * c.logp;
-      s.grad = -a * dual_c;
-      s.dual = true;
+    if (a != 0) {
+      const mask soft = !clipped && rv.omega > dual_c;
+      s.loss = select(soft, -a * dual_c * c.logp, s.loss);
+      s.grad = select(soft, V(-a * dual_c), s.grad);
+      s.dual = soft;
     }
   }
   return s;
@@ -80,8 +88,10 @@ struct ppo_clip {
   static constexpr bool needs_entropy_quantile = false;
   static constexpr bool clips = true;
 
-  RECO_HOST_DEVICE surrogate_value apply(const ratio_value& rv, const token_context& c) const {
-    return detail::ppo_surrogate(rv, c, params.eps_low, params.eps_high, params.dual_clip,
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> apply(const basic_ratio_value<V>& rv,
+                                                  const basic_token_context<V>& c) const {
+    return detail::ppo_surrogate(rv, c, V(params.eps_low), V(params.eps_high), params.dual_clip,
                                  params.dual_clip_c);
   }
 };

@@ -1,37 +1,106 @@
-// Scalar helpers shared by the components; all in double, all host/device.
+// Helpers shared by the components, host and device. The per-token math is written once over a
+// value type V: double (one token; host and device), or a pack of doubles holding several tokens
+// of one response (the CPU backend's vectorised token pass, reco/detail/simd.hpp). lanes<V> says
+// how to choose and exponentiate on V; a branch on a per-token value is written
+// select(mask, a, b), which for double is the plain conditional expression.
 #pragma once
 
 #include <cmath>
 
 #include "reco/config.hpp"
 
+// The per-token math's functions (those written over V): host and device, and always inlined by
+// host compilers, so that the CPU's wide variants compiled for another instruction set
+// (reco/detail/simd.hpp) never call one of them, which would pass packs with another calling
+// convention.
+#if RECO_DEVICE_COMPILER
+#define RECO_TOKEN_MATH RECO_HOST_DEVICE inline
+#elif defined(__GNUC__) || defined(__clang__)
+#define RECO_TOKEN_MATH inline __attribute__((always_inline))
+#else
+#define RECO_TOKEN_MATH inline
+#endif
+
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-RECO_HOST_DEVICE inline double clampd(double x, double lo, double hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
+template <class V>
+struct lanes;  // double below; packs in reco/detail/simd.hpp
+
+template <>
+struct lanes<double> {
+  using mask = bool;
+  RECO_HOST_DEVICE static double select(bool m, double a, double b) { return m ? a : b; }
+  // b < a ? b : a and a < b ? b : a: the comparison and operand order of x86's minpd / maxpd,
+  // so that a pack maps each to one instruction (NaN in a gives a).
+  RECO_HOST_DEVICE static double min(double a, double b) { return b < a ? b : a; }
+  RECO_HOST_DEVICE static double max(double a, double b) { return a < b ? b : a; }
+  RECO_HOST_DEVICE static double exp(double x) { return ::exp(x); }
+  RECO_HOST_DEVICE static double expm1(double x) { return ::expm1(x); }
+  // q (1 - q) for q = exp(logq), floored: 1 - q from 1 - exp when q < 1/2 (no cancellation
+  // there) and from -expm1 above, so that it is exact as q -> 1. q = 0 and q = 1 give the floor.
+  RECO_HOST_DEVICE static double bernoulli_variance(double logq, double floor) {
+    const double q = ::exp(logq);
+    const double one_minus_q = q < 0.5 ? 1.0 - q : -::expm1(logq);
+    const double v = q * one_minus_q;
+    return v > floor ? v : floor;
+  }
+};
+
+// Per-token truth values: bool for double, a lane mask for a pack.
+template <class V>
+using mask_t = typename lanes<V>::mask;
+
+// a where m holds, b elsewhere (both are evaluated).
+template <class V>
+RECO_TOKEN_MATH V select(const mask_t<V>& m, const V& a, const V& b) {
+  return lanes<V>::select(m, a, b);
 }
-RECO_HOST_DEVICE inline double mind(double a, double b) { return b < a ? b : a; }
-RECO_HOST_DEVICE inline double maxd(double a, double b) { return a < b ? b : a; }
+template <class V>
+RECO_TOKEN_MATH V vexp(const V& x) {
+  return lanes<V>::exp(x);
+}
+template <class V>
+RECO_TOKEN_MATH V vexpm1(const V& x) {
+  return lanes<V>::expm1(x);
+}
+
+template <class V>
+RECO_TOKEN_MATH V mind(const V& a, const V& b) {
+  return lanes<V>::min(a, b);
+}
+template <class V>
+RECO_TOKEN_MATH V maxd(const V& a, const V& b) {
+  return lanes<V>::max(a, b);
+}
+// x < lo ? lo : (x > hi ? hi : x), NaN included (lo <= hi).
+template <class V>
+RECO_TOKEN_MATH V clampd(const V& x, double lo, double hi) {
+  return mind(maxd(x, V(lo)), V(hi));
+}
 // False for NaN and +-inf without relying on <cmath> overloads in device code.
 RECO_HOST_DEVICE inline bool finite(double x) { return x - x == 0.0; }
-RECO_HOST_DEVICE inline double sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }
-RECO_HOST_DEVICE inline double sigmoid(double x) {
-  // Split by sign so exp never overflows.
-  if (x >= 0) return 1.0 / (1.0 + ::exp(-x));
-  const double e = ::exp(x);
-  return e / (1.0 + e);
+template <class V>
+RECO_TOKEN_MATH V sign(const V& x) {
+  return select(x > 0, V(1.0), select(x < 0, V(-1.0), V(0.0)));
 }
-// q (1 - q) for q = exp(logq), floored: 1 - q from 1 - exp when q < 1/2 (no cancellation there)
-// and from -expm1 above, so that it is exact as q -> 1. q = 0 and q = 1 give the floor.
-RECO_HOST_DEVICE inline double bernoulli_variance(double logq, double floor) {
-  const double q = ::exp(logq);
-  const double one_minus_q = q < 0.5 ? 1.0 - q : -::expm1(logq);
-  const double v = q * one_minus_q;
-  return v > floor ? v : floor;
+template <class V>
+RECO_TOKEN_MATH V sigmoid(const V& x) {
+  // exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below.
+  const V e = vexp(select(x < 0, x, -x));
+  return select(x >= 0, V(1.0) / (V(1.0) + e), e / (V(1.0) + e));
+}
+// The floored Bernoulli variance q (1 - q), q = exp(logq) (see lanes<double>; a pack gets exp
+// and expm1 from one range reduction).
+template <class V>
+RECO_TOKEN_MATH V bernoulli_variance(const V& logq, double floor) {
+  return lanes<V>::bernoulli_variance(logq, floor);
 }
 // A value is "inside a clamp" when the clamp does not bite: its derivative passes through.
-RECO_HOST_DEVICE inline bool inside(double x, double lo, double hi) { return x >= lo && x <= hi; }
+template <class V>
+RECO_TOKEN_MATH mask_t<V> inside(const V& x, double lo, double hi) {
+  return x >= lo && x <= hi;
+}
 
 }  // namespace detail
 RECO_NAMESPACE_END

@@ -37,28 +37,34 @@ struct kl_penalty {
   }
   static constexpr bool active = true;
 
-  RECO_HOST_DEVICE kl_value eval(double logp, double ref_logp) const {
-    const double d = logp - ref_logp;
-    kl_value k;
+  RECO_HOST_DEVICE kl_value eval(double logp, double ref_logp) const { return estimate(logp, ref_logp); }
+  // The same on a pack of tokens (reco/detail/simd.hpp); V = double is eval above.
+  template <class V>
+  RECO_TOKEN_MATH basic_kl_value<V> estimate(const V& logp, const V& ref_logp) const {
+    using mask = detail::mask_t<V>;
+    const V d = logp - ref_logp;
+    basic_kl_value<V> k;
     switch (params.estimator) {
-      case kl_estimator::k1: k = {d, 1.0}; break;
-      case kl_estimator::abs: k = {d < 0 ? -d : d, detail::sign(d)}; break;
+      case kl_estimator::k1: k = {d, V(1.0)}; break;
+      case kl_estimator::abs: k = {detail::select(d < 0, -d, d), detail::sign(d)}; break;
       case kl_estimator::k2: k = {0.5 * d * d, d}; break;
       case kl_estimator::k3: {
-        double e = -d;
-        bool passes = true;
-        if (params.clamp && (e > 20.0 || e < -20.0)) {
-          e = detail::clampd(e, -20.0, 20.0);
-          passes = false;
+        V e = -d;
+        mask passes = true;
+        if (params.clamp) {
+          const V ec = detail::clampd(e, -20.0, 20.0);
+          passes = ec == e;
+          e = ec;
         }
         // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d|.
-        const double em1 = ::expm1(e);
-        double v = em1 - e;
-        if (params.clamp && (v > 10.0 || v < -10.0)) {
-          v = detail::clampd(v, -10.0, 10.0);
-          passes = false;
+        const V em1 = detail::vexpm1(e);
+        V v = em1 - e;
+        if (params.clamp) {
+          const V vc = detail::clampd(v, -10.0, 10.0);
+          passes = passes && vc == v;
+          v = vc;
         }
-        k = {v, passes ? -em1 : 0.0};
+        k = {v, detail::select(passes, -em1, V(0.0))};
         break;
       }
     }

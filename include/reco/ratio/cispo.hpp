@@ -35,12 +35,13 @@ struct cispo_ratio {
   static constexpr bool self_clipped = true;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE surrogate_value surrogate(const token_context& c) const {
-    bool passes;
-    surrogate_value s;
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> surrogate(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    basic_surrogate_value<V> s;
     s.x = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
     const double lo = 1.0 - params.eps_low, hi = 1.0 + params.eps_high;
-    const double w = s.x < lo ? lo : (s.x > hi ? hi : s.x);
+    const V w = detail::clampd(s.x, lo, hi);
     s.clipped = (s.x < lo || s.x > hi) && c.advantage != 0;
     s.loss = -w * c.advantage * c.logp;
     s.grad = -w * c.advantage;

@@ -31,12 +31,13 @@ struct flipped_ratio {
   static constexpr bool self_clipped = false;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
-    bool passes;
-    const double r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+  template <class V>
+  RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    const V r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
     const bool flip = params.flip_all || c.advantage > 0;
-    if (!flip) return {r, passes ? r : 0.0, false, false};
-    return {r, passes ? 1.0 / r : 0.0, true, false};
+    if (!flip) return {r, detail::select(passes, r, V(0.0)), false, false};
+    return {r, detail::select(passes, V(1.0) / r, V(0.0)), true, false};
   }
 };
 

@@ -36,8 +36,9 @@ struct gmpo_ratio {
   static constexpr bool self_clipped = false;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE bool unclipped(const token_context& c) const {
-    const double l = c.logp - c.old_logp;
+  template <class V>
+  RECO_TOKEN_MATH detail::mask_t<V> unclipped(const basic_token_context<V>& c) const {
+    const V l = c.logp - c.old_logp;
     if (c.advantage > 0) return l <= params.eps_high;
     if (c.advantage < 0) return l >= -params.eps_low;
     return true;
@@ -48,10 +49,12 @@ struct gmpo_ratio {
     const double lc = detail::clampd(l, -params.eps_low, params.eps_high);
     return a * detail::mind(a * l, a * lc);
   }
-  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
+  // x is per response (one scalar exp); the clip decision is per token.
+  template <class V>
+  RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
     const double x = ::exp(c.sequence_log_ratio);
-    const bool u = unclipped(c);
-    return {x, u ? x : 0.0, false, !u};
+    const detail::mask_t<V> u = unclipped(c);
+    return {V(x), detail::select(u, V(x), V(0.0)), false, !u};
   }
 };
 

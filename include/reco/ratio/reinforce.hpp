@@ -27,12 +27,13 @@ struct reinforce_ratio {
   static constexpr bool self_clipped = true;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE surrogate_value surrogate(const token_context& c) const {
-    bool passes;
-    surrogate_value s;
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> surrogate(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    basic_surrogate_value<V> s;
     s.x = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
     s.loss = -c.advantage * c.logp;
-    s.grad = -c.advantage;
+    s.grad = V(-c.advantage);
     return s;
   }
 };

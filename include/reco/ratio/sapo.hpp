@@ -33,15 +33,16 @@ struct sapo_ratio {
   static constexpr bool self_clipped = true;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE surrogate_value surrogate(const token_context& c) const {
-    bool passes;
-    surrogate_value s;
-    const double r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> surrogate(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    basic_surrogate_value<V> s;
+    const V r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
     const double tau = c.advantage > 0 ? params.tau_pos : params.tau_neg;
-    const double g = detail::sigmoid(tau * (r - 1.0));
+    const V g = detail::sigmoid(tau * (r - 1.0));
     s.x = r;
     s.loss = -g * (4.0 / tau) * c.advantage;
-    s.grad = passes ? -4.0 * c.advantage * g * (1.0 - g) * r : 0.0;
+    s.grad = detail::select(passes, -4.0 * c.advantage * g * (1.0 - g) * r, V(0.0));
     return s;
   }
 };

@@ -34,10 +34,12 @@ struct sequence_ratio {
   // Summed over a response's valid tokens and divided by |o_i| to form sequence_log_ratio.
   RECO_HOST_DEVICE double sequence_term(const token_context& c) const { return c.logp - c.old_logp; }
 
-  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
+  // Per response: every token of a response carries the same value.
+  template <class V>
+  RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
     const bool passes = c.sequence_log_ratio <= params.max_log_ratio;
     const double s = ::exp(passes ? c.sequence_log_ratio : params.max_log_ratio);
-    return {s, passes ? s : 0.0, false, false};
+    return {V(s), V(passes ? s : 0.0), false, false};
   }
 };
 

@@ -15,13 +15,15 @@ RECO_NAMESPACE_BEGIN
 
 namespace detail {
 // exp(clamp(l)) and whether the clamp let the derivative through; limit <= 0 disables it.
-RECO_HOST_DEVICE inline double clamped_exp(double l, double limit, bool& passes) {
+template <class V>
+RECO_TOKEN_MATH V clamped_exp(const V& l, double limit, mask_t<V>& passes) {
   passes = true;
   if (limit > 0) {
-    if (l > limit) { l = limit; passes = false; }
-    else if (l < -limit) { l = -limit; passes = false; }
+    const V lc = clampd(l, -limit, limit);
+    passes = lc == l;
+    return vexp(lc);
   }
-  return ::exp(l);
+  return vexp(l);
 }
 }  // namespace detail
 
@@ -43,10 +45,11 @@ struct token_ratio {
   static constexpr bool self_clipped = false;
   static constexpr bool needs_probabilities = false;
 
-  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
-    bool passes;
-    const double r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
-    return {r, passes ? r : 0.0, false, false};
+  template <class V>
+  RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    const V r = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+    return {r, detail::select(passes, r, V(0.0)), false, false};
   }
 };
 

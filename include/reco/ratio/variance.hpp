@@ -53,17 +53,19 @@ struct variance_ratio {
   static constexpr bool self_clipped = false;
   static constexpr bool needs_probabilities = true;  // logp and old_logp must be <= 0
 
-  RECO_HOST_DEVICE ratio_value eval(const token_context& c) const {
-    double v = detail::bernoulli_variance(c.logp, params.variance_floor) /
-               detail::bernoulli_variance(c.old_logp, params.variance_floor);
-    bool passes = true;
+  template <class V>
+  RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
+    V v = detail::bernoulli_variance(c.logp, params.variance_floor) /
+          detail::bernoulli_variance(c.old_logp, params.variance_floor);
+    detail::mask_t<V> passes = true;
     if (params.log_ratio_clamp > 0) {
       const double hi = derived.upper > 0 ? derived.upper : ::exp(params.log_ratio_clamp);
       const double lo = derived.upper > 0 ? derived.lower : ::exp(-params.log_ratio_clamp);
-      if (v > hi) { v = hi; passes = false; }
-      else if (v < lo) { v = lo; passes = false; }
+      const V vc = detail::clampd(v, lo, hi);
+      passes = vc == v;
+      v = vc;
     }
-    return {v, passes ? v : 0.0, false, false};
+    return {v, detail::select(passes, v, V(0.0)), false, false};
   }
 };
 

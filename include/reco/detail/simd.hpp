@@ -1,0 +1,476 @@
+// Packs of doubles for the CPU backend's vectorised token pass: a thin wrapper over GCC/Clang
+// vector extensions, which the compiler lowers to whatever the target has (SSE2 at the default
+// x86-64 level, AVX with -mavx, AVX-512 with -mavx512f), plus the two exponentials the per-token
+// math needs, written branch-free so that they vectorise (no libm calls).
+//
+// The components' math is written over a value type V (reco/detail/math.hpp); lanes<pack<W>>
+// below is what lets it run on W tokens at once. Host compilers only: nvcc translation units
+// (and compilers without the extensions, or RECO_NO_SIMD) keep the scalar token pass.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "reco/config.hpp"
+#include "reco/detail/math.hpp"
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(RECO_NO_SIMD)
+#define RECO_SIMD 1
+#else
+#define RECO_SIMD 0
+#endif
+
+// Runtime dispatch (x86-64): a translation unit compiled below AVX-512 also carries the token
+// pass for AVX2 + FMA (4 doubles, unless the unit is compiled for AVX2 already) and AVX-512
+// (8 doubles), and runs the widest the CPU and OS support (simd::dispatch()).
+// RECO_NO_SIMD_DISPATCH keeps the compile-time width only.
+#if RECO_SIMD && defined(__x86_64__) && !defined(__AVX512F__) && !defined(RECO_NO_SIMD_DISPATCH)
+#define RECO_SIMD_DISPATCH 1
+#if defined(__AVX2__) && defined(__FMA__)
+#define RECO_SIMD_DISPATCH_AVX2 0
+#else
+#define RECO_SIMD_DISPATCH_AVX2 1
+#endif
+#else
+#define RECO_SIMD_DISPATCH 0
+#define RECO_SIMD_DISPATCH_AVX2 0
+#endif
+
+#if RECO_SIMD
+
+// Packs wider than the unit's instruction set are only ever used inside always-inlined code of
+// the dispatched variants; GCC's note that their by-value calling convention differs between
+// instruction sets does not apply and is silenced.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define RECO_SIMD_INLINE inline __attribute__((always_inline))
+// A dispatched variant: compiled for the named instruction set with every call below it inlined,
+// so that the packs' generic vector operations are lowered to that set.
+#define RECO_SIMD_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
+#define RECO_SIMD_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"), flatten))
+
+RECO_NAMESPACE_BEGIN
+namespace simd {
+
+// Doubles per pack: one vector register of the target (RECO_SIMD_WIDTH overrides; a power of 2).
+#if defined(RECO_SIMD_WIDTH)
+inline constexpr int width = RECO_SIMD_WIDTH;
+#elif defined(__AVX512F__)
+inline constexpr int width = 8;
+#elif defined(__AVX__)
+inline constexpr int width = 4;
+#else
+inline constexpr int width = 2;
+#endif
+
+// The vector types of a width. (Spelled out per width: GCC drops vector_size on a typedef whose
+// size depends on a template parameter.)
+template <int W>
+struct vectors;
+#define RECO_SIMD_VECTORS(W)                                                        \
+  template <>                                                                       \
+  struct vectors<W> {                                                               \
+    typedef double f64 __attribute__((vector_size(8 * W)));                         \
+    typedef float f32 __attribute__((vector_size(4 * W)));                          \
+    typedef std::int64_t i64 __attribute__((vector_size(8 * W)));                   \
+    typedef std::uint64_t u64 __attribute__((vector_size(8 * W)));                  \
+    typedef std::uint8_t u8 __attribute__((vector_size(W)));                        \
+  };
+RECO_SIMD_VECTORS(2)
+RECO_SIMD_VECTORS(4)
+RECO_SIMD_VECTORS(8)
+#undef RECO_SIMD_VECTORS
+
+#if RECO_SIMD_DISPATCH
+enum class level { baseline, avx2, avx512 };
+
+// The widest level this CPU and its OS run, chosen once per process. The environment variable
+// RECO_SIMD_LEVEL caps it ("baseline" or "avx2"): results differ between levels in the last bits
+// (lane count and fused multiply-adds change the rounding), so a cap reproduces one machine's
+// bits on another.
+inline level dispatch() {
+  static const level chosen = [] {
+    __builtin_cpu_init();
+    level l = level::baseline;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      l = level::avx2;
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        l = level::avx512;
+    }
+    if (const char* cap = std::getenv("RECO_SIMD_LEVEL")) {
+      if (std::strcmp(cap, "baseline") == 0) l = level::baseline;
+      if (std::strcmp(cap, "avx2") == 0 && l == level::avx512) l = level::avx2;
+    }
+    return l;
+  }();
+  return chosen;
+}
+#endif
+
+// The instruction set and pack width the packed token pass runs with in this unit, dispatch
+// included (for reports: the benchmarks print them).
+inline const char* active_isa() {
+#if RECO_SIMD_DISPATCH
+  if (dispatch() == level::avx512) return "AVX-512";
+#if RECO_SIMD_DISPATCH_AVX2
+  if (dispatch() == level::avx2) return "AVX2+FMA";
+#endif
+#endif
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__AVX__)
+  return "AVX";
+#elif defined(__SSE2__)
+  return "SSE2";
+#else
+  return "generic vectors";
+#endif
+}
+inline int active_width() {
+#if RECO_SIMD_DISPATCH
+  if (dispatch() == level::avx512) return 8;
+#if RECO_SIMD_DISPATCH_AVX2
+  if (dispatch() == level::avx2) return 4;
+#endif
+#endif
+  return width;
+}
+
+// A truth value per lane: all ones or all zeros (what vector comparisons give).
+template <int W>
+struct mask {
+  typedef typename vectors<W>::i64 raw;
+  raw v;
+  RECO_SIMD_INLINE mask() : v(raw{}) {}
+  RECO_SIMD_INLINE mask(bool b) : v(raw{} - static_cast<std::int64_t>(b)) {}  // NOLINT: broadcast
+  RECO_SIMD_INLINE explicit mask(const raw& r) : v(r) {}
+  friend RECO_SIMD_INLINE mask operator&&(const mask& a, const mask& b) { return mask(a.v & b.v); }
+  friend RECO_SIMD_INLINE mask operator||(const mask& a, const mask& b) { return mask(a.v | b.v); }
+  friend RECO_SIMD_INLINE mask operator!(const mask& a) { return mask(~a.v); }
+};
+
+template <int W>
+struct pack {
+  typedef typename vectors<W>::f64 raw;
+  using mask_type = mask<W>;
+  raw v;
+  RECO_SIMD_INLINE pack() : v(raw{}) {}
+  RECO_SIMD_INLINE pack(double d) : v(raw{} + d) {}  // NOLINT: broadcast, as for double
+  RECO_SIMD_INLINE explicit pack(const raw& r) : v(r) {}
+  RECO_SIMD_INLINE double operator[](int k) const { return v[k]; }
+
+  friend RECO_SIMD_INLINE pack operator+(const pack& a, const pack& b) { return pack(a.v + b.v); }
+  friend RECO_SIMD_INLINE pack operator-(const pack& a, const pack& b) { return pack(a.v - b.v); }
+  friend RECO_SIMD_INLINE pack operator*(const pack& a, const pack& b) { return pack(a.v * b.v); }
+  friend RECO_SIMD_INLINE pack operator/(const pack& a, const pack& b) { return pack(a.v / b.v); }
+  friend RECO_SIMD_INLINE pack operator-(const pack& a) { return pack(-a.v); }
+  RECO_SIMD_INLINE pack& operator+=(const pack& b) { v += b.v; return *this; }
+
+  // Comparisons give a vector of 0 / -1 integers of the same width; the cast only renames it.
+  friend RECO_SIMD_INLINE mask_type operator<(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v < b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator>(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v > b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator<=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v <= b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator>=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v >= b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator==(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v == b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator!=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v != b.v)); }
+};
+
+template <int W>
+RECO_SIMD_INLINE pack<W> select(const mask<W>& m, const pack<W>& a, const pack<W>& b) {
+  typedef typename mask<W>::raw bits;
+  return pack<W>((typename pack<W>::raw)((m.v & (bits)a.v) | (~m.v & (bits)b.v)));
+}
+
+// a < b ? a : b and a > b ? a : b per lane: x86's minpd / maxpd (one instruction where GCC
+// would otherwise spell out the select). Only for the unit's own instruction set: the
+// dispatched variants use the select (GCC and Clang reject the wider intrinsics there).
+template <int W>
+RECO_SIMD_INLINE pack<W> min_of(const pack<W>& a, const pack<W>& b) {
+  typedef typename pack<W>::raw raw;
+#if defined(__AVX512F__)
+  // (The masked form: GCC 12 warns about the unmasked one's undefined pass-through operand.)
+  if constexpr (W == 8) return pack<W>((raw)_mm512_mask_min_pd((__m512d)a.v, 0xFF, (__m512d)a.v, (__m512d)b.v));
+#endif
+#if defined(__AVX__)
+  if constexpr (W == 4) return pack<W>((raw)_mm256_min_pd((__m256d)a.v, (__m256d)b.v));
+#endif
+#if defined(__SSE2__)
+  if constexpr (W == 2) return pack<W>((raw)_mm_min_pd((__m128d)a.v, (__m128d)b.v));
+#endif
+  return select(a < b, a, b);
+}
+template <int W>
+RECO_SIMD_INLINE pack<W> max_of(const pack<W>& a, const pack<W>& b) {
+  typedef typename pack<W>::raw raw;
+#if defined(__AVX512F__)
+  // (The masked form: GCC 12 warns about the unmasked one's undefined pass-through operand.)
+  if constexpr (W == 8) return pack<W>((raw)_mm512_mask_max_pd((__m512d)a.v, 0xFF, (__m512d)a.v, (__m512d)b.v));
+#endif
+#if defined(__AVX__)
+  if constexpr (W == 4) return pack<W>((raw)_mm256_max_pd((__m256d)a.v, (__m256d)b.v));
+#endif
+#if defined(__SSE2__)
+  if constexpr (W == 2) return pack<W>((raw)_mm_max_pd((__m128d)a.v, (__m128d)b.v));
+#endif
+  return select(a > b, a, b);
+}
+
+// ---- exp and expm1 ------------------------------------------------------------------------------
+//
+// x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2 (Cody-Waite: ln2 split in two so that
+// k ln2_hi is exact), p = expm1(r) by a polynomial, then
+//   exp(x) = 2^k (1 + p),   expm1(x) = 2^k p + (2^k - 1).
+// k is read from the mantissa of x / ln2 + 1.5 * 2^52 (no float-to-integer conversion), and 2^k
+// is applied as two factors 2^k1 2^k2, each a normal number, so that results in the subnormal
+// range round once and overflow gives inf. About 1 ulp (tested against libm in tests/core).
+
+template <int W>
+struct exp_parts {
+  pack<W> p;       // expm1(r)
+  pack<W> s1, s2;  // 2^k = s1 s2, both normal numbers
+  pack<W> inv_s1;  // 1 / s1
+};
+
+template <int W>
+RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
+  typedef typename vectors<W>::u64 u64;
+  // Beyond these bounds exp is 0 or inf anyway; the clamp keeps k within the split's range
+  // (NaN passes through and gives NaN).
+  const pack<W> x = min_of(pack<W>(710.0), max_of(pack<W>(-746.0), input));
+  const double shifter = 0x1.8p52;
+  const pack<W> shifted = x * 0x1.71547652b82fep0 + shifter;  // x / ln2, rounded to an integer
+  const pack<W> k = shifted - shifter;
+  const pack<W> r = (x - k * 0x1.62e42fee00000p-1) - k * 0x1.a39ef35793c76p-33;
+  // expm1(r) = r + r^2 q(r): q is the Chebyshev fit of degree 9 on [-ln2/2, ln2/2] (error
+  // 1e-16 in q, 4e-17 relative in p), evaluated by Estrin's scheme: a dependency chain of depth
+  // 4 instead of Horner's 9, so that out-of-order execution overlaps the three or four
+  // exponentials of a token.
+  const pack<W> r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+  const pack<W> q01 = 0x1.5555555555556p-3 * r + 0x1.0000000000001p-1;
+  const pack<W> q23 = 0x1.11111111109b5p-7 * r + 0x1.5555555553d68p-5;
+  const pack<W> q45 = 0x1.a01a01a7c2efep-13 * r + 0x1.6c16c17889ef1p-10;
+  const pack<W> q67 = 0x1.71de0db2f6b19p-19 * r + 0x1.a019b9149a41cp-16;
+  const pack<W> q89 = 0x1.af389ecfc4b9cp-26 * r + 0x1.28917c89a43a7p-22;
+  const pack<W> q = (q01 + q23 * r2) + (q45 + q67 * r2) * r4 + q89 * r8;
+  exp_parts<W> e;
+  e.p = r + r2 * q;
+  // k = (bits of shifted) - (bits of the shifter): both lie in [2^52, 2^53), one unit apart per 1.
+  // With b = k + 2046 (> 0), b >> 1 = k1 + 1023 and b - (b >> 1) = k2 + 1023 are the biased
+  // exponents of s1 = 2^k1, k1 = floor(k / 2), and of s2 = 2^(k - k1).
+  const u64 b = (u64)shifted.v - (u64)pack<W>(shifter).v + 2046u;
+  const u64 e1 = b >> 1;
+  e.s1 = pack<W>((typename pack<W>::raw)(e1 << 52));
+  e.s2 = pack<W>((typename pack<W>::raw)((b - e1) << 52));
+  e.inv_s1 = pack<W>((typename pack<W>::raw)((2046u - e1) << 52));
+  return e;
+}
+
+template <int W>
+RECO_SIMD_INLINE pack<W> exp_from(const exp_parts<W>& e) {
+  return (e.s1 * (pack<W>(1.0) + e.p)) * e.s2;
+}
+// 2^k p + 2^k - 1 = s1 (s2 p + (s2 - 1 / s1)): s2 - 1/s1 is exact up to k = 52 (beyond, the 1
+// is below the rounding of 2^k anyway), the sum rounds once and the scaling by s1 is exact,
+// with no overflow before expm1 itself overflows. k = 0 gives p exactly.
+template <int W>
+RECO_SIMD_INLINE pack<W> expm1_from(const exp_parts<W>& e) {
+  return e.s1 * (e.s2 * e.p + (e.s2 - e.inv_s1));
+}
+
+template <int W>
+RECO_SIMD_INLINE pack<W> exp(const pack<W>& x) {
+  return exp_from(reduce_exp(x));
+}
+template <int W>
+RECO_SIMD_INLINE pack<W> expm1(const pack<W>& x) {
+  return expm1_from(reduce_exp(x));
+}
+
+// ---- loads and stores ---------------------------------------------------------------------------
+
+// Lanes [0, n) on.
+template <int W>
+RECO_SIMD_INLINE mask<W> first_lanes(int n) {
+  typename mask<W>::raw iota{};
+  for (int k = 0; k < W; ++k) iota[k] = k;
+  return mask<W>(iota < n);
+}
+
+template <int W, class T>
+RECO_SIMD_INLINE pack<W> load(const T* src) {
+#if defined(__SSE2__)
+  // Two floats: one 8-byte load and cvtps2pd (GCC would convert them one by one).
+  if constexpr (sizeof(T) == 4 && W == 2) {
+    double two;
+    std::memcpy(&two, src, sizeof(two));
+    return pack<W>((typename pack<W>::raw)_mm_cvtps_pd(_mm_castpd_ps(_mm_set_sd(two))));
+  }
+#endif
+  if constexpr (sizeof(T) == 8) {
+    typename pack<W>::raw v;
+    std::memcpy(&v, src, sizeof(v));
+    return pack<W>(v);
+  } else {
+    static_assert(sizeof(T) == 4, "float or double");
+    typename vectors<W>::f32 v;
+    std::memcpy(&v, src, sizeof(v));
+    return pack<W>(__builtin_convertvector(v, typename pack<W>::raw));
+  }
+}
+// The first n < W values; 0 in the other lanes (nothing is read past src + n).
+template <int W, class T>
+RECO_SIMD_INLINE pack<W> load_first(const T* src, int n) {
+  T buf[W] = {};
+  for (int k = 0; k < n; ++k) buf[k] = src[k];
+  return load<W>(buf);
+}
+// Nonzero bytes (masks, kept flags).
+template <int W>
+RECO_SIMD_INLINE mask<W> load_flags(const std::uint8_t* src) {
+  typedef typename mask<W>::raw i64;
+  typename vectors<W>::u8 v;
+  std::memcpy(&v, src, sizeof(v));
+  return mask<W>((i64)(__builtin_convertvector(v, i64) != 0));
+}
+template <int W>
+RECO_SIMD_INLINE mask<W> load_first_flags(const std::uint8_t* src, int n) {
+  std::uint8_t buf[W] = {};
+  for (int k = 0; k < n; ++k) buf[k] = src[k];
+  return load_flags<W>(buf);
+}
+
+template <int W, class T>
+RECO_SIMD_INLINE void store(T* dst, const pack<W>& x) {
+#if defined(__SSE2__)
+  if constexpr (sizeof(T) == 4 && W == 2) {
+    const double two = _mm_cvtsd_f64(_mm_castps_pd(_mm_cvtpd_ps((__m128d)x.v)));
+    std::memcpy(dst, &two, sizeof(two));
+    return;
+  }
+#endif
+  if constexpr (sizeof(T) == 8) {
+    std::memcpy(dst, &x.v, sizeof(x.v));
+  } else {
+    static_assert(sizeof(T) == 4, "float or double");
+    const typename vectors<W>::f32 v = __builtin_convertvector(x.v, typename vectors<W>::f32);
+    std::memcpy(dst, &v, sizeof(v));
+  }
+}
+template <int W, class T>
+RECO_SIMD_INLINE void store_first(T* dst, const pack<W>& x, int n) {
+  T buf[W];
+  store<W>(buf, x);
+  for (int k = 0; k < n; ++k) dst[k] = buf[k];
+}
+
+// Per-lane "any": whether some lane is on.
+template <int W>
+RECO_SIMD_INLINE bool any(const mask<W>& m) {
+  std::int64_t bits = 0;
+  for (int k = 0; k < W; ++k) bits |= m.v[k];
+  return bits != 0;
+}
+
+// ---- reductions across lanes (fixed order: lane 0 first) ----------------------------------------
+
+template <int W>
+RECO_SIMD_INLINE double sum_lanes(const pack<W>& x) {
+  double s = x.v[0];
+  for (int k = 1; k < W; ++k) s += x.v[k];
+  return s;
+}
+template <int W>
+RECO_SIMD_INLINE double min_lanes(const pack<W>& x) {
+  double s = x.v[0];
+  for (int k = 1; k < W; ++k) s = x.v[k] < s ? x.v[k] : s;
+  return s;
+}
+template <int W>
+RECO_SIMD_INLINE double max_lanes(const pack<W>& x) {
+  double s = x.v[0];
+  for (int k = 1; k < W; ++k) s = x.v[k] > s ? x.v[k] : s;
+  return s;
+}
+
+// Per-lane counters: subtracting a mask (-1 where on) adds one per lane that is on.
+template <int W>
+struct counter {
+  typename mask<W>::raw n{};
+  RECO_SIMD_INLINE void add(const mask<W>& m) { n -= m.v; }
+  RECO_SIMD_INLINE double total() const {
+    std::int64_t s = 0;
+    for (int k = 0; k < W; ++k) s += n[k];
+    return static_cast<double>(s);
+  }
+};
+
+// ---- dispatch ----------------------------------------------------------------------------------
+//
+// run_widest<K>(args...) calls K::run<W>(args...) with the widest W this process runs: the
+// compile-time width, or (RECO_SIMD_DISPATCH) a variant of the same template compiled for AVX2 or
+// AVX-512 (a target attribute, with everything below it inlined into it).
+#if RECO_SIMD_DISPATCH
+template <class K, class... A>
+RECO_SIMD_TARGET_AVX512 void run_avx512(A&... a) {
+  K::template run<8>(a...);
+}
+#if RECO_SIMD_DISPATCH_AVX2
+template <class K, class... A>
+RECO_SIMD_TARGET_AVX2 void run_avx2(A&... a) {
+  K::template run<4>(a...);
+}
+#endif
+#endif
+
+template <class K, class... A>
+inline void run_widest(A&... a) {
+#if RECO_SIMD_DISPATCH
+  switch (dispatch()) {
+    case level::avx512: run_avx512<K>(a...); return;
+#if RECO_SIMD_DISPATCH_AVX2
+    case level::avx2: run_avx2<K>(a...); return;
+#endif
+    default: break;
+  }
+#endif
+  K::template run<width>(a...);
+}
+
+}  // namespace simd
+
+namespace detail {
+
+// What lets the components' math (written over V) run on a pack.
+template <int W>
+struct lanes<simd::pack<W>> {
+  using pack = simd::pack<W>;
+  using mask = simd::mask<W>;
+  static RECO_SIMD_INLINE pack select(const mask& m, const pack& a, const pack& b) { return simd::select(m, a, b); }
+  static RECO_SIMD_INLINE pack min(const pack& a, const pack& b) { return simd::min_of(b, a); }  // b < a ? b : a
+  static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }  // b > a ? b : a
+  static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
+  static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
+  // As lanes<double>::bernoulli_variance, with exp and expm1 from one range reduction.
+  static RECO_SIMD_INLINE pack bernoulli_variance(const pack& logq, double floor) {
+    const simd::exp_parts<W> e = simd::reduce_exp(logq);
+    const pack q = simd::exp_from(e);
+    const pack one_minus_q = simd::select(q < 0.5, 1.0 - q, -simd::expm1_from(e));
+    const pack v = q * one_minus_q;
+    return simd::max_of(v, pack(floor));  // v > floor ? v : floor
+  }
+};
+
+}  // namespace detail
+RECO_NAMESPACE_END
+
+#pragma GCC diagnostic pop
+
+#endif  // RECO_SIMD

@@ -1,0 +1,519 @@
+// The vectorised token pass of the CPU backend (reco/detail/simd.hpp, packed_tokens in
+// reco/algorithm/token_pass.hpp): its exponentials against libm, every component's pack math
+// against its double math lane by lane, the packed objective against the scalar one, invalid
+// lanes that must never change a result, and the scalar fallback for double-only components.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/random_batch.hpp"
+#include "reco/reco.hpp"
+
+#if RECO_SIMD
+
+namespace {
+
+using reco::index_t;
+using reco_test::batch_spec;
+using reco_test::make_batch;
+using reco_test::master_batch;
+using reco_test::typed_batch;
+
+constexpr int W = reco::simd::width;
+using P = reco::simd::pack<W>;
+
+// |got - want| in units in the last place of want (subnormal spacing below the normal range).
+double ulps(double got, long double want) {
+  const double w = static_cast<double>(want);
+  if (std::isnan(got) || std::isnan(w)) return std::isnan(got) && std::isnan(w) ? 0 : 1e300;
+  if (std::isinf(got) || std::isinf(w)) return got == w ? 0 : 1e300;
+  const double a = std::fabs(w);
+  const double ulp = a < std::numeric_limits<double>::min() ? std::numeric_limits<double>::denorm_min()
+                                                            : std::nextafter(a, INFINITY) - a;
+  return static_cast<double>(std::fabs(static_cast<long double>(got) - want) / ulp);
+}
+
+// exp and expm1 of n values (n a multiple of W) at the unit's own width.
+void exp_pair(const double* x, double* e, double* em1, int n) {
+  for (int k = 0; k < n; k += W) {
+    const reco::simd::exp_parts<W> parts = reco::simd::reduce_exp(reco::simd::load<W>(x + k));
+    reco::simd::store<W>(e + k, reco::simd::exp_from(parts));
+    reco::simd::store<W>(em1 + k, reco::simd::expm1_from(parts));
+  }
+}
+
+#if RECO_SIMD_DISPATCH
+// The same compiled as the dispatched variants are (wider packs, FMA).
+RECO_SIMD_TARGET_AVX512 void exp_pair_avx512(const double* x, double* e, double* em1, int n) {
+  for (int k = 0; k < n; k += 8) {
+    const reco::simd::exp_parts<8> parts = reco::simd::reduce_exp(reco::simd::load<8>(x + k));
+    reco::simd::store<8>(e + k, reco::simd::exp_from(parts));
+    reco::simd::store<8>(em1 + k, reco::simd::expm1_from(parts));
+  }
+}
+#if RECO_SIMD_DISPATCH_AVX2
+RECO_SIMD_TARGET_AVX2 void exp_pair_avx2(const double* x, double* e, double* em1, int n) {
+  for (int k = 0; k < n; k += 4) {
+    const reco::simd::exp_parts<4> parts = reco::simd::reduce_exp(reco::simd::load<4>(x + k));
+    reco::simd::store<4>(e + k, reco::simd::exp_from(parts));
+    reco::simd::store<4>(em1 + k, reco::simd::expm1_from(parts));
+  }
+}
+#endif
+#endif
+
+std::vector<double> exp_arguments() {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> x;
+  for (double scale : {1e-300, 1e-12, 1e-6, 0.01, 0.35, 0.7, 3.0, 25.0, 100.0, 745.0}) {
+    for (int k = 0; k < 20000; ++k) x.push_back(scale * u(rng));
+  }
+  for (int k = 0; k < 4000; ++k) x.push_back(-708.0 - 38.0 * std::fabs(u(rng)));  // subnormal results
+  for (int k = 0; k < 4000; ++k) x.push_back(709.0 + std::fabs(u(rng)));          // overflow threshold
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double s : {0.0, -0.0, 709.78, 709.79, 710.0, 800.0, -745.13, -745.14, -746.0, -800.0, inf, -inf,
+                   std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::denorm_min(),
+                   -std::numeric_limits<double>::denorm_min(), 0.5 * std::log(2.0), -0.5 * std::log(2.0)})
+    x.push_back(s);
+  while (x.size() % 8 != 0) x.push_back(1.0);
+  return x;
+}
+
+void check_exp(void (*fn)(const double*, double*, double*, int), const std::string& name) {
+  const std::vector<double> x = exp_arguments();
+  const int n = static_cast<int>(x.size());
+  std::vector<double> e(x.size()), em1(x.size());
+  fn(x.data(), e.data(), em1.data(), n);
+  double worst_e = 0, worst_m = 0;
+  for (int k = 0; k < n; ++k) {
+    worst_e = std::max(worst_e, ulps(e[k], expl(static_cast<long double>(x[k]))));
+    worst_m = std::max(worst_m, ulps(em1[k], expm1l(static_cast<long double>(x[k]))));
+    ASSERT_LE(ulps(e[k], expl(static_cast<long double>(x[k]))), 2.0) << name << " exp(" << x[k] << ")";
+    ASSERT_LE(ulps(em1[k], expm1l(static_cast<long double>(x[k]))), 3.0) << name << " expm1(" << x[k] << ")";
+  }
+  ::testing::Test::RecordProperty(name + "_exp_worst_ulp", std::to_string(worst_e));
+  ::testing::Test::RecordProperty(name + "_expm1_worst_ulp", std::to_string(worst_m));
+}
+
+TEST(Simd, ExpAndExpm1MatchLibm) {
+  check_exp(exp_pair, "unit width");
+#if RECO_SIMD_DISPATCH
+  if (reco::simd::dispatch() == reco::simd::level::avx512) check_exp(exp_pair_avx512, "avx512");
+#if RECO_SIMD_DISPATCH_AVX2
+  if (reco::simd::dispatch() != reco::simd::level::baseline) check_exp(exp_pair_avx2, "avx2");
+#endif
+#endif
+}
+
+TEST(Simd, BernoulliVarianceMatchesScalar) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int k = 0; k < 40000; k += W) {
+    double x[W];
+    for (double& v : x) {
+      const double r = u(rng);
+      v = r < 0.2 ? -1e-9 * u(rng) : (r < 0.4 ? -std::ldexp(u(rng), -(static_cast<int>(u(rng) * 50))) : -30.0 * u(rng));
+    }
+    x[0] = k == 0 ? 0.0 : x[0];
+    x[W - 1] = k == W ? -800.0 : x[W - 1];
+    for (double floor : {0.0, 1e-12}) {
+      const P got = reco::detail::bernoulli_variance(reco::simd::load<W>(x), floor);
+      for (int j = 0; j < W; ++j) {
+        const double want = reco::detail::bernoulli_variance(x[j], floor);
+        ASSERT_LE(ulps(got[j], want), 4.0) << "logq " << x[j] << " floor " << floor;
+      }
+    }
+  }
+}
+
+// ---- the components, lane by lane ----------------------------------------------------------------
+
+struct lane_inputs {
+  double logp[W], old_logp[W], ref_logp[W], entropy[W];
+};
+
+lane_inputs random_lanes(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> g(0.0, 1.0);
+  lane_inputs in;
+  for (int j = 0; j < W; ++j) {
+    const double r = u(rng);
+    double lp = r < 0.1 ? 0.0 : (r < 0.2 ? -1e-9 * u(rng) : -8.0 * u(rng) * u(rng));
+    double shift = 0.3 * g(rng);
+    if (u(rng) < 0.05) shift = 40.0 * g(rng);  // clamps bite
+    in.logp[j] = lp;
+    in.old_logp[j] = std::min(lp + shift, 0.0);
+    in.ref_logp[j] = std::min(lp + (u(rng) < 0.05 ? 30.0 : 0.2) * g(rng), 0.0);
+    in.entropy[j] = 3.0 * u(rng);
+  }
+  return in;
+}
+
+template <class Obj>
+void expect_surrogates_agree(const Obj& obj, const std::string& name) {
+  std::mt19937_64 rng(11);
+  for (double advantage : {-1.3, 0.0, 0.7}) {
+    for (double seq : {-0.3, 0.2, 11.0}) {
+      for (int rep = 0; rep < 200; ++rep) {
+        const lane_inputs in = random_lanes(rng);
+        reco::basic_token_context<P> c;
+        c.logp = reco::simd::load<W>(in.logp);
+        c.old_logp = reco::simd::load<W>(in.old_logp);
+        c.entropy = reco::simd::load<W>(in.entropy);
+        c.advantage = advantage;
+        c.sequence_log_ratio = seq;
+        c.entropy_quantile = 1.5;
+        const reco::basic_surrogate_value<P> sp = reco::detail::policy_surrogate(obj, c);
+        for (int j = 0; j < W; ++j) {
+          reco::token_context s;
+          s.logp = in.logp[j];
+          s.old_logp = in.old_logp[j];
+          s.entropy = in.entropy[j];
+          s.advantage = advantage;
+          s.sequence_log_ratio = seq;
+          s.entropy_quantile = 1.5;
+          const reco::surrogate_value sv = reco::detail::policy_surrogate(obj, s);
+          const std::string at = name + ": A " + std::to_string(advantage) + ", logp " + std::to_string(s.logp) +
+                                 ", old " + std::to_string(s.old_logp);
+          // Relative, plus an absolute floor at the scale of A x for SAPO's 1 - sigmoid, which
+          // cancels (in both paths) when the sigmoid is near 1.
+          const double floor = 1e-14 * (1 + std::fabs(sv.x)) * (1 + std::fabs(advantage));
+          auto near = [&](double a, double b) { return std::fabs(a - b) <= 1e-13 * std::fabs(b) + floor; };
+          ASSERT_TRUE(near(sp.x[j], sv.x)) << at << ": x " << sp.x[j] << " vs " << sv.x;
+          ASSERT_TRUE(near(sp.loss[j], sv.loss)) << at << ": loss " << sp.loss[j] << " vs " << sv.loss;
+          ASSERT_TRUE(near(sp.grad[j], sv.grad)) << at << ": grad " << sp.grad[j] << " vs " << sv.grad;
+          ASSERT_EQ(sp.clipped.v[j] != 0, sv.clipped) << at;
+          ASSERT_EQ(sp.dual.v[j] != 0, sv.dual) << at;
+        }
+      }
+    }
+  }
+}
+
+template <class Ratio, class Clip = reco::ppo_clip>
+using obj_t = reco::objective<reco::grpo_advantage, Ratio, Clip, reco::uniform_weight, reco::token_mean>;
+
+TEST(Simd, RatioFormsAndClipsMatchScalarLaneByLane) {
+  for (double clamp : {20.0, 0.25, 0.0}) {
+    obj_t<reco::token_ratio> o;
+    o.ratio.params.log_ratio_clamp = clamp;
+    expect_surrogates_agree(o, "token ratio, clamp " + std::to_string(clamp));
+    obj_t<reco::variance_ratio> v;
+    v.ratio.params.log_ratio_clamp = clamp;
+    expect_surrogates_agree(v.prepared(), "variance ratio, clamp " + std::to_string(clamp));
+    obj_t<reco::flipped_ratio> f;
+    f.ratio.params.log_ratio_clamp = clamp;
+    expect_surrogates_agree(f, "flipped ratio, clamp " + std::to_string(clamp));
+    f.ratio.params.flip_all = true;
+    expect_surrogates_agree(f, "flipped ratio (all), clamp " + std::to_string(clamp));
+    obj_t<reco::cispo_ratio, reco::no_clip> ci;
+    ci.ratio.params.log_ratio_clamp = clamp;
+    ci.ratio.params.eps_low = 0.1;
+    ci.ratio.params.eps_high = 0.15;
+    expect_surrogates_agree(ci, "cispo, clamp " + std::to_string(clamp));
+    obj_t<reco::sapo_ratio, reco::no_clip> sa;
+    sa.ratio.params.log_ratio_clamp = clamp;
+    expect_surrogates_agree(sa, "sapo, clamp " + std::to_string(clamp));
+    obj_t<reco::reinforce_ratio, reco::no_clip> re;
+    re.ratio.params.log_ratio_clamp = clamp;
+    expect_surrogates_agree(re, "reinforce, clamp " + std::to_string(clamp));
+  }
+  expect_surrogates_agree(obj_t<reco::sequence_ratio>{}, "sequence ratio");
+  obj_t<reco::gmpo_ratio, reco::no_clip> gm;
+  gm.ratio.params.eps_low = 0.1;
+  gm.ratio.params.eps_high = 0.05;
+  expect_surrogates_agree(gm, "gmpo");
+  expect_surrogates_agree(obj_t<reco::variance_ratio, reco::no_clip>{}.prepared(), "variance ratio, no clip");
+  for (auto mode : {reco::dual_clip_mode::off, reco::dual_clip_mode::hard, reco::dual_clip_mode::soft}) {
+    const std::string m = std::to_string(static_cast<int>(mode));
+    obj_t<reco::token_ratio> o;
+    o.clip.params.eps_low = 0.1;
+    o.clip.params.eps_high = 0.28;
+    o.clip.params.dual_clip = mode;
+    o.clip.params.dual_clip_c = 1.3;
+    expect_surrogates_agree(o, "ppo clip, dual mode " + m);
+    obj_t<reco::flipped_ratio> f;
+    f.clip.params = o.clip.params;
+    expect_surrogates_agree(f, "flipped + ppo clip, dual mode " + m);
+    obj_t<reco::token_ratio, reco::entropy_split_clip> es;
+    es.clip.params.dual_clip = mode;
+    es.clip.params.dual_clip_c = 1.4;
+    expect_surrogates_agree(es, "entropy split clip, dual mode " + m);
+  }
+}
+
+TEST(Simd, KlEstimatorsMatchScalarLaneByLane) {
+  std::mt19937_64 rng(5);
+  for (auto est : {reco::kl_estimator::k1, reco::kl_estimator::abs, reco::kl_estimator::k2, reco::kl_estimator::k3}) {
+    for (bool clamp : {true, false}) {
+      for (bool st : {false, true}) {
+        reco::kl_penalty kl;
+        kl.params.estimator = est;
+        kl.params.clamp = clamp;
+        kl.params.straight_through = st;
+        for (int rep = 0; rep < 2000; ++rep) {
+          lane_inputs in = random_lanes(rng);
+          if (rep == 0) in.ref_logp[0] = in.logp[0];  // d = 0
+          if (rep == 1) in.ref_logp[0] = in.logp[0] - 1e-9;
+          const reco::basic_kl_value<P> kp =
+              kl.estimate(reco::simd::load<W>(in.logp), reco::simd::load<W>(in.ref_logp));
+          for (int j = 0; j < W; ++j) {
+            const reco::kl_value ks = kl.eval(in.logp[j], in.ref_logp[j]);
+            // k3's value is expm1(e) - e: a few ulps of expm1(e) relative to e^2 / 2 for small e.
+            const double e = in.ref_logp[j] - in.logp[j];
+            const double tol_v = 1e-13 * std::fabs(ks.value) + 4e-16 * std::fabs(e);
+            ASSERT_NEAR(kp.value[j], ks.value, tol_v) << "estimator " << static_cast<int>(est) << " d " << -e;
+            ASSERT_NEAR(kp.grad[j], ks.grad, 1e-13 * std::fabs(ks.grad) + 1e-300)
+                << "estimator " << static_cast<int>(est) << " d " << -e;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- the packed objective against the scalar one -----------------------------------------------
+
+template <class T>
+struct run_out {
+  reco::objective_result r;
+  std::vector<T> g, gh;
+};
+
+template <class T, class Obj>
+run_out<T> run_path(const Obj& obj, const master_batch& m, bool vectorise, T poison = T(-5)) {
+  typed_batch<T> tb(m);
+  run_out<T> out;
+  out.g.assign(m.logp.size(), poison);
+  out.gh.assign(m.logp.size(), poison);
+  reco::cpu be;
+  be.vectorise = vectorise;
+  reco::workspace<reco::cpu> ws;
+  out.r = obj(be, tb.view(),
+              reco::gradients<T>{out.g, Obj::has_entropy_gradient ? reco::span<T>(out.gh) : reco::span<T>()}, ws);
+  return out;
+}
+
+bool near(double a, double b, double rel, double abs) { return std::fabs(a - b) <= rel * std::fabs(b) + abs; }
+
+// Every bit of two results (the struct's trailing padding aside).
+bool same_bits(const reco::objective_result& a, const reco::objective_result& b) {
+  return std::memcmp(&a, &b, offsetof(reco::objective_result, status)) == 0 && a.status == b.status;
+}
+
+template <class T, class Obj>
+void expect_paths_agree(const Obj& obj, const master_batch& m, const std::string& label) {
+  SCOPED_TRACE(label);
+  const run_out<T> a = run_path<T>(obj, m, true), b = run_path<T>(obj, m, false);
+  const double scale = std::max({std::fabs(b.r.policy_loss), std::fabs(b.r.kl_loss), std::fabs(b.r.entropy_loss), 1e-6});
+  EXPECT_TRUE(near(a.r.loss, b.r.loss, 1e-12, 1e-14 * scale)) << a.r.loss << " vs " << b.r.loss;
+  EXPECT_TRUE(near(a.r.policy_loss, b.r.policy_loss, 1e-12, 1e-14 * scale));
+  EXPECT_TRUE(near(a.r.kl_loss, b.r.kl_loss, 1e-12, 1e-14 * scale));
+  EXPECT_TRUE(near(a.r.entropy_loss, b.r.entropy_loss, 1e-12, 1e-14 * scale));
+  const auto &s = a.r.stats, &t = b.r.stats;
+  EXPECT_EQ(s.valid_tokens, t.valid_tokens);
+  EXPECT_EQ(s.policy_tokens, t.policy_tokens);
+  EXPECT_EQ(s.clip_frac, t.clip_frac);
+  EXPECT_EQ(s.clip_frac_low, t.clip_frac_low);
+  EXPECT_EQ(s.clip_frac_high, t.clip_frac_high);
+  EXPECT_EQ(s.dual_clip_frac, t.dual_clip_frac);
+  EXPECT_EQ(s.kept_frac, t.kept_frac);
+  for (double reco::diagnostics::*f : {&reco::diagnostics::ppo_kl, &reco::diagnostics::ratio_mean,
+                                         &reco::diagnostics::ratio_min, &reco::diagnostics::ratio_max,
+                                         &reco::diagnostics::ref_kl_mean, &reco::diagnostics::entropy_mean,
+                                         &reco::diagnostics::entropy_kept_mean})
+    EXPECT_TRUE(near(s.*f, t.*f, 1e-12, 1e-15));
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(near(s.token_variance[k], t.token_variance[k], 1e-12, 1e-18));
+  double gmax = 0;
+  for (T x : b.g) gmax = std::max(gmax, std::fabs(static_cast<double>(x)));
+  const double rel = std::is_same_v<T, float> ? 1.2e-7 : 1e-12;
+  for (std::size_t k = 0; k < m.logp.size(); ++k) {
+    ASSERT_TRUE(near(a.g[k], b.g[k], rel, 1e-14 * gmax)) << "token " << k << ": " << a.g[k] << " vs " << b.g[k];
+    if (!m.mask[k]) {
+      ASSERT_EQ(std::memcmp(&a.g[k], &b.g[k], sizeof(T)), 0) << "masked token " << k;
+    }
+    if (Obj::has_entropy_gradient) {
+      ASSERT_EQ(a.gh[k], b.gh[k]) << "token " << k;
+    }
+  }
+}
+
+template <class Obj>
+void check_paths(const Obj& obj, const std::string& name) {
+  const auto specs = reco_test::standard_specs();
+  for (std::size_t k = 0; k < specs.size(); k += 2) {
+    master_batch m = make_batch(4000 + k, specs[k]);
+    expect_paths_agree<double>(obj, m, name + " double, batch " + std::to_string(k));
+    reco_test::round_to<float>(m);
+    expect_paths_agree<float>(obj, m, name + " float, batch " + std::to_string(k));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Long ragged responses: several 8192-token chunks, segments cut at chunk ends and thirds.
+  batch_spec big;
+  big.groups = 6;
+  big.max_length = 3000;
+  big.token_weights = true;
+  big.response_weights = true;
+  expect_paths_agree<float>(obj, make_batch(99, big), name + " long responses");
+  big.padded = true;
+  expect_paths_agree<double>(obj, make_batch(98, big), name + " long responses, padded");
+}
+
+TEST(Simd, PackedPathMatchesScalarPathForEveryPreset) {
+  namespace ps = reco::presets;
+  check_paths(ps::grpo{}, "grpo");
+  check_paths(ps::dr_grpo{}, "dr_grpo");
+  check_paths(ps::dapo{}, "dapo");
+  check_paths(ps::gspo{}, "gspo");
+  check_paths(ps::cispo{}, "cispo");
+  check_paths(ps::aspo{}, "aspo");
+  check_paths(ps::reco{}, "reco");
+  check_paths(ps::reco_no_cap{}, "reco_no_cap");
+  check_paths(ps::reco_response_only{}, "reco_response_only");
+  check_paths(ps::reco_token_only{}, "reco_token_only");
+  check_paths(ps::dapo_reco{}, "dapo_reco");
+  check_paths(ps::rule_80_20{}, "rule_80_20");
+  check_paths(ps::rule_80_20_reco{}, "rule_80_20_reco");
+}
+
+TEST(Simd, PackedPathMatchesScalarPathForEveryComponent) {
+  using reco::objective;
+  check_paths(objective<reco::grpo_advantage, reco::sapo_ratio, reco::no_clip, reco::caller_weight,
+                        reco::seq_mean_token_sum>{},
+              "sapo + caller weights");
+  check_paths(objective<reco::rloo_advantage, reco::reinforce_ratio, reco::no_clip, reco::uniform_weight,
+                        reco::seq_mean_token_sum_norm>{},
+              "reinforce");
+  check_paths(objective<reco::reinforce_pp_advantage, reco::gmpo_ratio, reco::no_clip, reco::uniform_weight,
+                        reco::seq_mean_token_mean>{},
+              "gmpo");
+  {
+    objective<reco::grpo_advantage, reco::flipped_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+              reco::kl_penalty>
+        o;
+    o.ratio.params.flip_all = true;
+    o.clip.params.dual_clip = reco::dual_clip_mode::soft;
+    o.clip.params.dual_clip_c = 1.5;
+    check_paths(o, "flipped (all) + soft dual");
+  }
+  {
+    objective<reco::batch_std_advantage, reco::variance_ratio, reco::entropy_split_clip, reco::expected_count_weight,
+              reco::token_mean, reco::entropy_bonus, reco::kl_penalty>
+        o;
+    o.clip.params.dual_clip = reco::dual_clip_mode::hard;
+    o.clip.params.dual_clip_c = 1.4;
+    o.entropy.params.coef = 0.01;
+    check_paths(o, "entropy split + entropy bonus + kl");
+  }
+  {
+    objective<reco::gpg_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::seq_mean_token_mean,
+              reco::top_entropy_selection>
+        o;
+    o.select.params.rule = reco::selection_rule::quantile;
+    o.select.params.denominator = reco::selection_denominator::kept;
+    o.ratio.params.log_ratio_clamp = 0.25;
+    check_paths(o, "quantile selection, kept denominator, clamp 0.25");
+  }
+  for (auto est : {reco::kl_estimator::k1, reco::kl_estimator::abs, reco::kl_estimator::k2, reco::kl_estimator::k3}) {
+    for (bool clamp : {true, false}) {
+      objective<reco::given_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                reco::seq_mean_token_mean, reco::kl_penalty>
+          o;
+      o.kl.params.estimator = est;
+      o.kl.params.clamp = clamp;
+      o.kl.params.straight_through = !clamp;
+      o.kl.params.beta = 0.1;
+      o.ratio.params.log_ratio_clamp = 0;  // no clamp: exp of the raw log-ratio
+      check_paths(o, "kl estimator " + std::to_string(static_cast<int>(est)) + (clamp ? " clamped" : ""));
+    }
+  }
+}
+
+// Whatever invalid tokens hold (NaN, inf, huge or subnormal values), the packed pass gives the
+// bits it gives when they hold ordinary values, and their gradients are +0.
+TEST(Simd, InvalidTokensNeverChangeTheResult) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double junk[] = {std::numeric_limits<double>::quiet_NaN(), inf, -inf, 1e300, -1e300,
+                         std::numeric_limits<double>::denorm_min(), -7.5};
+  auto check = [&](auto obj, const std::string& name) {
+    using Obj = decltype(obj);
+    for (bool padded : {false, true}) {
+      batch_spec spec;
+      spec.padded = padded;
+      spec.groups = 8;
+      spec.max_length = 37;
+      spec.masked_row = 0.2;
+      spec.mask_hole = 0.3;
+      spec.token_weights = true;
+      const master_batch clean = make_batch(padded ? 61 : 62, spec);
+      master_batch dirty = clean;
+      std::size_t j = 0;
+      for (std::size_t t = 0; t < dirty.logp.size(); ++t) {
+        if (dirty.mask[t]) continue;
+        for (auto* v : {&dirty.logp, &dirty.old_logp, &dirty.ref_logp, &dirty.entropy, &dirty.token_weights})
+          (*v)[t] = junk[j++ % (sizeof(junk) / sizeof(junk[0]))];
+      }
+      const run_out<double> a = run_path<double>(obj, clean, true), b = run_path<double>(obj, dirty, true);
+      EXPECT_TRUE(std::isfinite(b.r.loss)) << name;
+      EXPECT_TRUE(same_bits(a.r, b.r)) << name << (padded ? " padded" : " packed");
+      ASSERT_EQ(std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double)), 0) << name;
+      for (std::size_t t = 0; t < b.g.size(); ++t) {
+        if (clean.mask[t]) continue;
+        ASSERT_EQ(b.g[t], 0.0) << name << " token " << t;
+        ASSERT_FALSE(std::signbit(b.g[t])) << name << " token " << t;
+        if (Obj::has_entropy_gradient) {
+          ASSERT_EQ(b.gh[t], 0.0) << name << " token " << t;
+        }
+      }
+    }
+  };
+  check(reco::presets::reco{}, "reco");
+  check(reco::presets::rule_80_20_reco{}, "rule_80_20_reco");
+  check(reco::presets::aspo{}, "aspo");
+  check(reco::presets::cispo{}, "cispo");
+  check(reco::objective<reco::grpo_advantage, reco::sapo_ratio, reco::no_clip, reco::uniform_weight,
+                        reco::token_mean, reco::entropy_bonus, reco::kl_penalty>{},
+        "sapo + entropy bonus");
+  check(reco::objective<reco::grpo_advantage, reco::token_ratio, reco::entropy_split_clip, reco::uniform_weight,
+                        reco::token_mean>{},
+        "entropy split");
+}
+
+// A component written for double only: the objective keeps the scalar token pass.
+struct double_only_clip {
+  using role = reco::roles::clip_policy;
+  struct params_type {};
+  params_type params{};
+  static constexpr bool needs_entropy = false;
+  static constexpr bool needs_entropy_quantile = false;
+  static constexpr bool clips = false;
+  reco::surrogate_value apply(const reco::ratio_value& rv, const reco::token_context& c) const {
+    return reco::no_clip{}.apply(rv, c);
+  }
+};
+
+TEST(Simd, DoubleOnlyComponentsKeepTheScalarPass) {
+  using custom = reco::objective<reco::grpo_advantage, reco::token_ratio, double_only_clip, reco::uniform_weight,
+                                 reco::token_mean>;
+  static_assert(!reco::detail::packed_tokens<custom, float>::supported);
+  static_assert(reco::detail::packed_tokens<reco::presets::reco, float>::supported);
+  const master_batch m = make_batch(5, batch_spec{});
+  const run_out<double> a = run_path<double>(custom{}, m, true), b = run_path<double>(custom{}, m, false);
+  EXPECT_TRUE(same_bits(a.r, b.r));
+  EXPECT_EQ(std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double)), 0);
+}
+
+}  // namespace
+
+#else
+
+TEST(Simd, NotCompiled) { GTEST_SKIP() << "RECO_SIMD is 0 for this compiler: only the scalar token pass exists"; }
+
+#endif
