@@ -152,6 +152,7 @@ struct objective_scalars {
   index_t select_k = 0;
   entropy_cut cut{};
   cut_partial cut_counts{};
+  std::uint32_t cut_counted = 0;  // 1: cut_counts hold the counts for cut (set by compute_cut)
   std::uint32_t status = 0;
 };
 

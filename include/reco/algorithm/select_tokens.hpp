@@ -73,6 +73,7 @@ struct cut_value_fn {
   const double* values;  // the order statistics at select_ranks
   top_entropy_selection::params_type p;
   RECO_HOST_DEVICE void operator()(index_t) const {
+    s->cut_counted = 0;  // until cut_ties_fn counts the tokens on this cut
     if (p.rule == selection_rule::top_k) {
       s->cut.value = values[0];
     } else {
@@ -99,12 +100,35 @@ struct cut_count_fn {
     c.equal = h == s->cut.value ? 1 : 0;
     return c;
   }
+  // Host form for reco::cpu's reduce: the same counts over [b, e) in integers (exact, so the
+  // same bits as adding the 0/1 partials one by one), a loop the compiler vectorises.
+  void reduce_range(cut_partial& acc, index_t b, index_t e) const {
+    const double cut = s->cut.value;
+    std::int64_t greater = 0, equal = 0;
+    if (mask == nullptr) {
+      for (index_t t = b; t < e; ++t) {
+        const double h = static_cast<double>(values[t]);
+        greater += h > cut ? 1 : 0;
+        equal += h == cut ? 1 : 0;
+      }
+    } else {
+      for (index_t t = b; t < e; ++t) {
+        const double h = static_cast<double>(values[t]);
+        const bool valid = mask[t] != 0;
+        greater += valid & (h > cut) ? 1 : 0;
+        equal += valid & (h == cut) ? 1 : 0;
+      }
+    }
+    acc.greater += static_cast<double>(greater);
+    acc.equal += static_cast<double>(equal);
+  }
 };
 
 struct cut_ties_fn {
   objective_scalars* s;
   RECO_HOST_DEVICE void operator()(index_t) const {
     s->cut.ties = s->select_k - static_cast<index_t>(s->cut_counts.greater);
+    s->cut_counted = 1;
   }
 };
 
@@ -148,7 +172,10 @@ struct kept_fn {
 struct set_cut_fn {
   objective_scalars* s;
   entropy_cut cut;
-  RECO_HOST_DEVICE void operator()(index_t) const { s->cut = cut; }
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    s->cut = cut;
+    s->cut_counted = 0;
+  }
 };
 
 // Per response: how many of its tokens were kept.
@@ -158,7 +185,8 @@ struct kept_count_fn {
   index_t* out;
   RECO_HOST_DEVICE void operator()(index_t i) const {
     index_t n = 0;
-    for (index_t t = layout.begin(i); t < layout.end(i); ++t) n += kept[t];
+    const index_t e = layout.end(i);
+    for (index_t t = layout.begin(i); t < e; ++t) n += kept[t];
     out[i] = n;
   }
 };
@@ -186,7 +214,8 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
   }
 }
 
-// Kept flags for every token from the cut in s (tie_rank: n index_t of scratch).
+// Kept flags for every token from the cut in s (tie_rank: n index_t of scratch). values, mask and
+// n must be those compute_cut saw: its counts on the cut (s->cut_counted) are reused.
 template <class Backend, class T>
 void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, index_t n,
                objective_scalars* s, index_t* tie_rank, std::uint8_t* kept) {
@@ -196,8 +225,9 @@ void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, ind
     if (s->cut.ties < 0) {
       need_ranks = false;
     } else {
-      cut_partial c{};
-      be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
+      // compute_cut counted the tokens on this cut already (top_k rule); a given cut has no counts.
+      cut_partial c = s->cut_counts;
+      if (s->cut_counted == 0) be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
       need_ranks = static_cast<double>(s->cut.ties) < c.equal;
     }
   }

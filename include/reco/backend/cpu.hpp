@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -45,6 +46,103 @@ template <class F, class Acc>
 struct has_accumulate_range<F, Acc,
                             std::void_t<decltype(std::declval<const F&>().accumulate_range(
                                 std::declval<Acc&>(), index_t{}, index_t{}, index_t{}))>> : std::true_type {};
+// f.reduce_range(acc, b, e): acc = merge of acc, f(b) .. f(e - 1), the same bits (a vectorised form).
+template <class F, class Acc, class = void>
+struct has_reduce_range : std::false_type {};
+template <class F, class Acc>
+struct has_reduce_range<F, Acc,
+                        std::void_t<decltype(std::declval<const F&>().reduce_range(std::declval<Acc&>(), index_t{},
+                                                                                    index_t{}))>> : std::true_type {};
+
+// The ranks[j]-th smallest of keys[0, n) for the m ranks taken in ascending order (order[] lists
+// the slots of out by ascending rank, every rank in [0, n)); keys are permuted. Sorting rank r
+// leaves the ranks above it in [r + 1, n), so each next selection only looks there.
+inline void nested_order_statistics(double* keys, index_t n, const index_t* ranks, const int* order, int m,
+                                    double* out) {
+  index_t from = 0;  // keys[0, from) hold the smallest `from` keys
+  index_t prev = -1;
+  double prev_value = 0;
+  for (int j = 0; j < m; ++j) {
+    const index_t r = ranks[order[j]];
+    if (r == prev) {
+      out[order[j]] = prev_value;
+      continue;
+    }
+    if (r == from) {
+      std::iter_swap(keys + r, std::min_element(keys + r, keys + n));
+    } else {
+      std::nth_element(keys + from, keys + r, keys + n);
+    }
+    prev = r;
+    prev_value = keys[r];
+    out[order[j]] = prev_value;
+    from = r + 1;
+  }
+}
+
+// Selection by sampling (Floyd and Rivest): the order statistics of a spread sample bracket the
+// wanted ranks in a window [lo, hi] of values; one pass counts the keys below and inside it, and
+// when the ranks fall inside, the window's keys (a few per cent) are moved to the front and the
+// selection goes on there. When the sample misses (unlucky or adversarial data) it falls back to
+// nested nth_element over all of keys. Either way the result is the exact order statistic.
+inline void sampled_order_statistics(double* keys, index_t n, const index_t* ranks_in, const int* order, int m,
+                                     double* out) {
+  constexpr index_t direct_below = index_t(1) << 14;
+  constexpr int s = 4096;  // sample size
+  constexpr int max_m = 8;
+  index_t ranks[max_m];
+  for (int j = 0; j < m; ++j) ranks[j] = ranks_in[j];
+  std::vector<double> sample;
+  for (;;) {
+    if (n < direct_below) break;
+    const index_t rmin = ranks[order[0]], rmax = ranks[order[m - 1]];
+    // A stratified sample: one key from each of s equal strata, at a fixed pseudo-random offset.
+    sample.resize(s);
+    const index_t stride = n / s;
+    std::uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int j = 0; j < s; ++j) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      sample[j] = keys[static_cast<index_t>(j) * stride +
+                       static_cast<index_t>((h >> 33) % static_cast<std::uint64_t>(stride))];
+    }
+    // Sample positions of the window's ends: the ranks' expected positions -/+ 3.5 standard deviations.
+    auto spread = [&](index_t r) {
+      const double q = (static_cast<double>(r) + 0.5) / static_cast<double>(n);
+      return static_cast<index_t>(3.5 * std::sqrt(static_cast<double>(s) * q * (1 - q))) + 4;
+    };
+    const index_t lo_at = static_cast<index_t>(static_cast<double>(rmin) * s / static_cast<double>(n)) - spread(rmin);
+    const index_t hi_at =
+        static_cast<index_t>(static_cast<double>(rmax) * s / static_cast<double>(n)) + 1 + spread(rmax);
+    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    if (lo_at >= 0) {
+      std::nth_element(sample.begin(), sample.begin() + lo_at, sample.end());
+      lo = sample[lo_at];
+    }
+    if (hi_at < s) {
+      const index_t from = lo_at >= 0 ? lo_at : 0;
+      std::nth_element(sample.begin() + from, sample.begin() + hi_at, sample.end());
+      hi = sample[hi_at];
+    }
+    // Count the keys below lo and in [lo, hi].
+    index_t below = 0, inside = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const double k = keys[i];
+      below += k < lo ? 1 : 0;
+      inside += (k >= lo) & (k <= hi) ? 1 : 0;
+    }
+    if (rmin < below || rmax >= below + inside || 2 * inside > n) break;  // missed, or no narrowing
+    // Move the window's keys to the front (the others are not needed any more) and go on there.
+    index_t c = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const double k = keys[i];
+      keys[c] = k;
+      c += (k >= lo) & (k <= hi) ? 1 : 0;
+    }
+    n = c;
+    for (int j = 0; j < m; ++j) ranks[j] -= below;
+  }
+  nested_order_statistics(keys, n, ranks, order, m, out);
+}
 }  // namespace detail
 
 struct cpu {
@@ -106,7 +204,17 @@ struct cpu {
       for (index_t i = 0; i < n; ++i) f(i);
       return;
     }
-    thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
+    if (n < serial_below) {
+      thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
+      return;
+    }
+    // Large n (per-token passes): blocks of indices, each a plain loop the compiler can inline and
+    // vectorise (f(i) once per index either way, so the results are the same).
+    constexpr index_t block = 1024;
+    thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), (n + block - 1) / block, [=](index_t c) {
+      const index_t e = std::min(n, (c + 1) * block);
+      for (index_t i = c * block; i < e; ++i) f(i);
+    });
   }
 
   // *out = merge of f(0) .. f(n-1); Acc{} must be the identity of merge.
@@ -119,7 +227,11 @@ struct cpu {
     for_each(chunks, [=](index_t c) {
       Acc acc{};
       const index_t e = std::min(n, (c + 1) * chunk);
-      for (index_t i = c * chunk; i < e; ++i) acc = merge(acc, f(i));
+      if constexpr (detail::has_reduce_range<F, Acc>::value) {
+        f.reduce_range(acc, c * chunk, e);
+      } else {
+        for (index_t i = c * chunk; i < e; ++i) acc = merge(acc, f(i));
+      }
       new (parts + c) Acc(acc);
     });
     Acc acc{};
@@ -169,13 +281,39 @@ struct cpu {
     *out = acc;
   }
 
-  // out[j] = the ranks[j]-th smallest of keys[0, n) (keys may be permuted). O(n) selection.
+  // out[j] = the ranks[j]-th smallest of keys[0, n) (keys may be permuted; 0 for a rank outside
+  // [0, n)). O(n) selection, on the calling thread: the value is exact, so it does not depend on
+  // the thread count.
   void order_statistics(double* keys, index_t n, const index_t* ranks, int m, double* out) const {
+    constexpr int max_m = 8;
+    int order[max_m];
+    index_t valid_ranks[max_m];
+    double valid_out[max_m];
+    int v = 0;
     for (int j = 0; j < m; ++j) {
       const index_t r = ranks[j];
-      if (r < 0 || r >= n) { out[j] = 0; continue; }
-      std::nth_element(keys, keys + r, keys + n);
-      out[j] = keys[r];
+      out[j] = 0;
+      if (r < 0 || r >= n) continue;
+      if (v == max_m) {  // many ranks: one nth_element each over all of keys
+        std::nth_element(keys, keys + r, keys + n);
+        out[j] = keys[r];
+        continue;
+      }
+      valid_ranks[v] = r;
+      order[v] = v;
+      ++v;
+    }
+    if (v == 0) return;
+    for (int a = 1; a < v; ++a) {  // insertion sort of the slots by rank (v <= max_m)
+      const int o = order[a];
+      int b = a;
+      for (; b > 0 && valid_ranks[order[b - 1]] > valid_ranks[o]; --b) order[b] = order[b - 1];
+      order[b] = o;
+    }
+    detail::sampled_order_statistics(keys, n, valid_ranks, order, v, valid_out);
+    for (int j = 0, w = 0; j < m && w < v; ++j) {
+      if (ranks[j] < 0 || ranks[j] >= n) continue;
+      out[j] = valid_out[w++];
     }
   }
 

@@ -1,0 +1,164 @@
+// The 80/20 rule's selection on the CPU backend against naive references: the backend's order
+// statistics (sampled selection for large n, nested nth_element for small n) against a sorted
+// copy, and the cut and kept flags (compute_cut + mark_kept) against a sort-and-count reference,
+// on data with many ties (-0.0 and +0.0 among them), all-equal keys, sorted and periodic layouts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reco/reco.hpp"
+
+namespace {
+
+using reco::index_t;
+
+enum class pattern { uniform, few_values, signed_zeros, all_equal, ascending, descending, periodic, with_inf };
+
+std::vector<double> make_keys(pattern pat, index_t n, std::mt19937_64& rng) {
+  std::vector<double> k(static_cast<std::size_t>(n));
+  std::uniform_real_distribution<double> u(0, 4);
+  std::uniform_int_distribution<int> small(0, 6);
+  for (index_t i = 0; i < n; ++i) {
+    double& x = k[static_cast<std::size_t>(i)];
+    switch (pat) {
+      case pattern::uniform: x = u(rng); break;
+      case pattern::few_values: x = 0.25 * small(rng) - 0.5; break;
+      case pattern::signed_zeros: {
+        const int c = small(rng);
+        x = c < 3 ? 0.0 : c < 5 ? -0.0 : (c == 5 ? 1.0 : -1.0);
+        break;
+      }
+      case pattern::all_equal: x = 1.5; break;
+      case pattern::ascending: x = static_cast<double>(i / 3); break;
+      case pattern::descending: x = static_cast<double>(n - i); break;
+      case pattern::periodic: x = static_cast<double>(i % 4096 == 0 ? 100 : i % 7); break;
+      case pattern::with_inf: x = (i % 5 == 0) ? HUGE_VAL : u(rng); break;
+    }
+  }
+  return k;
+}
+
+const pattern all_patterns[] = {pattern::uniform,   pattern::few_values, pattern::signed_zeros, pattern::all_equal,
+                                pattern::ascending, pattern::descending, pattern::periodic,     pattern::with_inf};
+
+TEST(Selection, OrderStatisticsMatchSortedCopy) {
+  std::mt19937_64 rng(11);
+  const index_t sizes[] = {1, 2, 3, 100, 16383, 16384, 50000, 300001};
+  for (const index_t n : sizes) {
+    for (const pattern pat : all_patterns) {
+      const std::vector<double> keys = make_keys(pat, n, rng);
+      std::vector<double> sorted = keys;
+      std::sort(sorted.begin(), sorted.end());
+      std::uniform_int_distribution<index_t> any(0, n - 1);
+      const index_t r1 = any(rng), r2 = any(rng);
+      const index_t p80 = static_cast<index_t>(0.8 * static_cast<double>(n - 1));
+      const std::vector<std::vector<index_t>> rank_sets = {
+          {0}, {n - 1}, {0, n - 1}, {n - 1, 0}, {p80, std::min(p80 + 1, n - 1)}, {p80, p80}, {r1, r2},
+          {r2, -1, r1, n}, {n / 2, 0, n - 1, n / 3, n / 2}};
+      for (const auto& ranks : rank_sets) {
+        std::vector<double> work = keys;
+        std::vector<double> out(ranks.size(), 7.0);
+        reco::cpu{}.order_statistics(work.data(), n, ranks.data(), static_cast<int>(ranks.size()), out.data());
+        for (std::size_t j = 0; j < ranks.size(); ++j) {
+          const index_t r = ranks[j];
+          const double want = (r < 0 || r >= n) ? 0.0 : sorted[static_cast<std::size_t>(r)];
+          EXPECT_TRUE(out[j] == want) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << r
+                                      << " got " << out[j] << " want " << want;
+        }
+      }
+    }
+  }
+}
+
+// Naive top-k reference: k = max(1, ceil(rho N)) of the valid tokens, the cut the k-th largest,
+// kept = above the cut, or on it among the first (k - #above) such tokens in position order.
+struct naive_cut {
+  double value;
+  index_t ties;
+  std::vector<std::uint8_t> kept;
+};
+template <class T>
+naive_cut naive_top_k(const std::vector<T>& h, const std::vector<std::uint8_t>& mask, double rho) {
+  std::vector<double> valid;
+  for (std::size_t t = 0; t < h.size(); ++t)
+    if (mask[t]) valid.push_back(static_cast<double>(h[t]));
+  std::sort(valid.begin(), valid.end(), [](double a, double b) { return a > b; });
+  const auto n = static_cast<double>(valid.size());
+  auto k = static_cast<index_t>(std::ceil(rho * n * (1 - 1e-12)));
+  k = std::max<index_t>(k, 1);
+  k = std::min<index_t>(k, static_cast<index_t>(valid.size()));
+  naive_cut c;
+  c.value = valid[static_cast<std::size_t>(k - 1)];
+  index_t above = 0;
+  for (double x : valid) above += x > c.value ? 1 : 0;
+  c.ties = k - above;
+  c.kept.assign(h.size(), 0);
+  index_t seen = 0;
+  for (std::size_t t = 0; t < h.size(); ++t) {
+    if (!mask[t]) continue;
+    const double x = static_cast<double>(h[t]);
+    if (x > c.value) c.kept[t] = 1;
+    if (x == c.value) c.kept[t] = seen++ < c.ties ? 1 : 0;
+  }
+  return c;
+}
+
+template <class T>
+void check_cut(const std::vector<T>& h, const std::vector<std::uint8_t>& mask, double rho, const std::string& what) {
+  using namespace reco::detail;
+  const index_t n = static_cast<index_t>(h.size());
+  reco::cpu be;
+  objective_scalars s{};
+  double population = 0;
+  for (auto m : mask) population += m ? 1 : 0;
+  std::vector<double> keys(h.size());
+  std::vector<index_t> tie_rank(h.size() + 1);
+  std::vector<std::uint8_t> kept(h.size(), 9);
+  reco::top_entropy_selection::params_type p;
+  p.rho = rho;
+  compute_cut(be, h.data(), mask.data(), n, p, &population, keys.data(), &s);
+  mark_kept(be, h.data(), mask.data(), n, &s, tie_rank.data(), kept.data());
+  const naive_cut want = naive_top_k(h, mask, rho);
+  EXPECT_TRUE(s.cut.value == want.value) << what << ": cut " << s.cut.value << " want " << want.value;
+  EXPECT_EQ(s.cut.ties, want.ties) << what;
+  EXPECT_TRUE(kept == want.kept) << what;
+
+  // The same cut handed back as a given cut (no counts from compute_cut) keeps the same tokens.
+  objective_scalars g{};
+  reco::top_entropy_selection::params_type pg = p;
+  pg.use_given = true;
+  pg.given = s.cut;
+  std::vector<std::uint8_t> kept_given(h.size(), 9);
+  compute_cut(be, h.data(), mask.data(), n, pg, &population, keys.data(), &g);
+  mark_kept(be, h.data(), mask.data(), n, &g, tie_rank.data(), kept_given.data());
+  EXPECT_TRUE(kept_given == want.kept) << what << " (given cut)";
+}
+
+TEST(Selection, TopKCutAndKeptMatchNaive) {
+  std::mt19937_64 rng(23);
+  const index_t sizes[] = {1, 2, 15, 1000, 20000, 262144 + 17};
+  const double rhos[] = {0.2, 0.5, 1e-9, 1.0};
+  for (const index_t n : sizes) {
+    for (const pattern pat : all_patterns) {
+      if (pat == pattern::with_inf) continue;  // entropies are finite
+      const std::vector<double> h = make_keys(pat, n, rng);
+      std::vector<std::uint8_t> mask(h.size(), 1);
+      std::bernoulli_distribution drop(0.1);
+      for (std::size_t t = 1; t < mask.size(); ++t) mask[t] = drop(rng) ? 0 : 1;
+      for (const double rho : rhos) {
+        const std::string what = "n=" + std::to_string(n) + " pattern=" + std::to_string(static_cast<int>(pat)) +
+                                 " rho=" + std::to_string(rho);
+        check_cut(h, mask, rho, what);
+        std::vector<float> hf(h.begin(), h.end());
+        check_cut(hf, mask, rho, what + " (float)");
+      }
+    }
+  }
+}
+
+}  // namespace
