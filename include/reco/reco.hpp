@@ -25,6 +25,7 @@
 #include "reco/kl/kl_penalty.hpp"
 #include "reco/kl/no_kl.hpp"
 #include "reco/objective.hpp"
+#include "reco/objective_needs.hpp"
 #include "reco/presets.hpp"
 #include "reco/ratio/cispo.hpp"
 #include "reco/ratio/flipped.hpp"

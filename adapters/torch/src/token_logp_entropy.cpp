@@ -160,6 +160,20 @@ void for_each_block(const at::Tensor& logits, detail::logits_call all, const row
   }
 }
 
+// The inputs of a forward or backward call (the outputs are set by the caller).
+detail::logits_call input_call(const at::Tensor& logits, const row_blocks& b, const at::Tensor& tokens,
+                               double temperature, const void* row_mask) {
+  detail::logits_call c;
+  c.type = logit_type_of(logits);
+  c.logits = logits.data_ptr();
+  c.vocab = b.vocab;
+  c.row_stride = b.row_stride;
+  c.tokens = tokens.data_ptr<std::int64_t>();
+  c.temperature = temperature;
+  c.row_mask = static_cast<const std::uint8_t*>(row_mask);
+  return c;
+}
+
 class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_function> {
  public:
   static ::torch::autograd::variable_list forward(::torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
@@ -171,14 +185,8 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
     const index_t N = b.rows();
     at::Tensor logp = at::empty({N}, opts), entropy = at::empty({N}, opts), lse = at::empty({N}, opts);
     if (N > 0) {
-      detail::logits_call c;
-      c.type = logit_type_of(logits);
-      c.logits = logits.data_ptr();
-      c.vocab = b.vocab;
-      c.row_stride = b.row_stride;
-      c.tokens = tokens.data_ptr<std::int64_t>();
-      c.temperature = temperature;
-      c.row_mask = row_mask ? static_cast<const std::uint8_t*>(row_mask->data_ptr()) : nullptr;
+      detail::logits_call c = input_call(logits, b, tokens, temperature,
+                                         row_mask ? row_mask->data_ptr() : nullptr);
       c.logp = logp.data_ptr();
       c.entropy = entropy.data_ptr();
       c.lse = lse.data_ptr();
@@ -238,16 +246,9 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       const auto mask_it = ctx->saved_data.find("row_mask");
       const at::Tensor lse = ctx->saved_data["lse"].toTensor();
       const at::Tensor entropy = ctx->saved_data["entropy"].toTensor();
-      detail::logits_call c;
-      c.type = logit_type_of(logits);
-      c.logits = logits.data_ptr();
-      c.vocab = b.vocab;
-      c.row_stride = b.row_stride;
-      c.tokens = tokens.data_ptr<std::int64_t>();
-      c.temperature = ctx->saved_data["temperature"].toDouble();
-      c.row_mask = mask_it != ctx->saved_data.end()
-                       ? static_cast<const std::uint8_t*>(mask_it->second.toTensor().data_ptr())
-                       : nullptr;
+      detail::logits_call c =
+          input_call(logits, b, tokens, ctx->saved_data["temperature"].toDouble(),
+                     mask_it != ctx->saved_data.end() ? mask_it->second.toTensor().data_ptr() : nullptr);
       c.grad_logp = g_logp.defined() ? g_logp.data_ptr() : nullptr;
       c.grad_entropy = g_entropy.defined() ? g_entropy.data_ptr() : nullptr;
       c.saved_lse = lse.data_ptr();

@@ -28,6 +28,20 @@ struct response_scratch {
   std::uint8_t* capped = nullptr;  // 1 when the weight hit its cap
   double* coef_policy = nullptr;   // aggregation coefficient of the policy term (null: per token)
   double* coef_valid = nullptr;    // ... of the KL / entropy terms
+
+  // The arrays every objective uses, from a workspace carver (reco/backend/workspace.hpp); the
+  // optional ones are carved by the path that needs them.
+  template <class Carver>
+  void carve_common(Carver& c, index_t R) {
+    length = c.template take<index_t>(R);
+    first = c.template take<index_t>(R);
+    last = c.template take<index_t>(R);
+    old_mean = c.template take<double>(R);
+    adv = c.template take<double>(R);
+    weight = c.template take<double>(R);
+    status = c.template take<std::uint32_t>(R);
+    capped = c.template take<std::uint8_t>(R);
+  }
 };
 
 // Reduction over responses right after the group stage.

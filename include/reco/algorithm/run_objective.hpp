@@ -48,14 +48,7 @@ struct objective_scratch {
     scalars = c.take<objective_scalars>(1);
     result = c.take<objective_result>(1);
     tokens = c.take<token_partial>(1);
-    r.length = c.take<index_t>(R);
-    r.first = c.take<index_t>(R);
-    r.last = c.take<index_t>(R);
-    r.old_mean = c.take<double>(R);
-    r.adv = c.take<double>(R);
-    r.weight = c.take<double>(R);
-    r.status = c.take<std::uint32_t>(R);
-    r.capped = c.take<std::uint8_t>(R);
+    r.carve_common(c, R);
     r.coef_policy = c.take<double>(R);
     r.coef_valid = c.take<double>(R);
     group_status = c.take<std::uint32_t>(P);

@@ -43,14 +43,7 @@ struct scratch {
     result = c.take<objective_result>(1);
     tokens = c.take<detail::token_partial>(1);
     tickets = c.take<std::uint64_t>(ticket_slots);
-    r.length = c.take<index_t>(R);
-    r.first = c.take<index_t>(R);
-    r.last = c.take<index_t>(R);
-    r.old_mean = c.take<double>(R);
-    r.adv = c.take<double>(R);
-    r.weight = c.take<double>(R);
-    r.status = c.take<std::uint32_t>(R);
-    r.capped = c.take<std::uint8_t>(R);
+    r.carve_common(c, R);
     group_status = c.take<std::uint32_t>(P);
     group_zero_std = c.take<std::uint8_t>(P);
     if constexpr (Obj::selector_type::active) {

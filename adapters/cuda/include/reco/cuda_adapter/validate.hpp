@@ -11,6 +11,7 @@
 #include <string>
 
 #include "reco/batch.hpp"
+#include "reco/objective_needs.hpp"
 #include "reco/config.hpp"
 #include "reco/cuda_adapter/reco_cuda.h"
 #include "reco/span.hpp"
@@ -18,27 +19,9 @@
 RECO_NAMESPACE_BEGIN
 namespace cuda_adapter {
 
-// What an objective reads (beyond logp) and writes.
-struct objective_needs {
-  bool rewards = false;
-  bool advantages = false;
-  bool ref_logp = false;
-  bool entropy = false;
-  bool response_weights = false;
-  bool entropy_gradient = false;
-};
-
-template <class Obj>
-constexpr objective_needs needs_of() {
-  objective_needs n;
-  n.rewards = Obj::needs_rewards;
-  n.advantages = Obj::needs_advantages;
-  n.ref_logp = Obj::needs_ref_logp;
-  n.entropy = Obj::needs_entropy;
-  n.response_weights = Obj::needs_response_weights;
-  n.entropy_gradient = Obj::has_entropy_gradient;
-  return n;
-}
+// What an objective reads and writes (reco/objective_needs.hpp).
+using reco::needs_of;
+using reco::objective_needs;
 
 namespace detail {
 

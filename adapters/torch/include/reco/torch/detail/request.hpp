@@ -7,32 +7,14 @@
 #include <functional>
 
 #include "reco/batch.hpp"
+#include "reco/objective_needs.hpp"
 #include "reco/result.hpp"
 
 namespace reco::torch::detail {
 
-// What an objective type reads, so that the adapter can name a missing input by its own
-// argument name before any work starts.
-struct objective_needs {
-  bool rewards = false;
-  bool advantages = false;
-  bool ref_logp = false;
-  bool entropy = false;
-  bool response_weights = false;
-  bool entropy_gradient = false;  // d loss / d entropy is written (an entropy term is on)
-};
-
-template <class Objective>
-constexpr objective_needs needs_of() {
-  objective_needs n;
-  n.rewards = Objective::needs_rewards;
-  n.advantages = Objective::needs_advantages;
-  n.ref_logp = Objective::needs_ref_logp;
-  n.entropy = Objective::needs_entropy;
-  n.response_weights = Objective::needs_response_weights;
-  n.entropy_gradient = Objective::has_entropy_gradient;
-  return n;
-}
+// What an objective reads and writes (reco/objective_needs.hpp).
+using reco::needs_of;
+using reco::objective_needs;
 
 // One call, with every array already contiguous, on one device and in the compute type.
 struct run_request {
