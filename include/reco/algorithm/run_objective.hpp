@@ -70,72 +70,81 @@ template <class Backend, class Objective>
 struct objective_algorithm {
   template <class T>
   static const objective_result* run(const Objective& obj, const Backend& backend, const batch_view<T>& batch,
-                                     gradients<T> grads, workspace<Backend>& ws, const normalisers& norm) {
-    using namespace detail;
-    const index_t tokens = batch.logp.size();
-    const Backend be = ws.bind(backend).for_work(tokens);
-    const batch_pointers<T> b = pointers_of(batch);
-    const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
-
-    objective_scratch<T> sc;
-    carver measure(nullptr);
-    sc.template carve<Objective>(measure, R, P, N);
-    carver cut(ws.reserve(be, measure.used()));
-    sc.template carve<Objective>(cut, R, P, N);
-    objective_scalars* s = sc.scalars;
-    response_scratch r = sc.r;
-
-    using adv_t = typename Objective::advantage_type;
-    constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
-    input_checks checks;
-    checks.probabilities = Objective::ratio_type::needs_probabilities;
-    checks.ref = Objective::kl_type::active;
-    checks.entropy = Objective::needs_entropy;
-    checks.rewards = reads_rewards;
-    checks.advantages = !reads_rewards;
-    checks.response_weights = Objective::weight_type::reads_response_weights;
-
-    be.for_each(1, init_scalars_fn{s});
-    be.for_each(R, scan_response_fn<T>{b, checks, r});
-    be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
-    be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
-    be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
-    be.for_each(1, batch_stats_fn<Objective>{s, obj});
-    if constexpr (Backend::host_accessible) throw_if_error(s->status);
-
-    if (adv_t::batch_stage != advantage_batch_stage::none ||
-        obj.weight.normalisation() == weight_normalisation::batch_mean)
-      be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
-
-    const std::uint8_t* kept = nullptr;
-    if constexpr (Objective::selector_type::active) {
-      compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
-      mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
-      be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-      kept = sc.kept;
-    } else {
-      r.kept = r.length;
-    }
-    if constexpr (Objective::clip_type::needs_entropy_quantile) {
-      be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
-      be.segmented_sort(sc.keys, b.layout);
-      be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.params.percentile});
-    }
-    if constexpr (Objective::ratio_type::scope == ratio_scope::sequence)
-      be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
-
-    be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
-    const bool kept_denominator = obj.kept_denominator();
-    be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
-    be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
-
-    T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
-    be.reduce_tokens(b.layout,
-                     token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
-                     merge_fn<token_partial>{}, sc.tokens);
-    be.for_each(1, result_fn{s, sc.tokens, sc.result, b.entropy != nullptr, reads_rewards, P});
-    return sc.result;
-  }
+                                     gradients<T> grads, workspace<Backend>& ws, const normalisers& norm);
 };
+
+// Defined outside the class so that it is not implicitly inline: an `extern template` of it
+// (reco/backend/cpu_instances.hpp) then keeps a translation unit from compiling it at all.
+template <class Backend, class Objective>
+template <class T>
+const objective_result* objective_algorithm<Backend, Objective>::run(const Objective& obj, const Backend& backend,
+                                                                     const batch_view<T>& batch, gradients<T> grads,
+                                                                     workspace<Backend>& ws,
+                                                                     const normalisers& norm) {
+  using namespace detail;
+  const index_t tokens = batch.logp.size();
+  const Backend be = ws.bind(backend).for_work(tokens);
+  const batch_pointers<T> b = pointers_of(batch);
+  const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
+
+  objective_scratch<T> sc;
+  carver measure(nullptr);
+  sc.template carve<Objective>(measure, R, P, N);
+  carver cut(ws.reserve(be, measure.used()));
+  sc.template carve<Objective>(cut, R, P, N);
+  objective_scalars* s = sc.scalars;
+  response_scratch r = sc.r;
+
+  using adv_t = typename Objective::advantage_type;
+  constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
+  input_checks checks;
+  checks.probabilities = Objective::ratio_type::needs_probabilities;
+  checks.ref = Objective::kl_type::active;
+  checks.entropy = Objective::needs_entropy;
+  checks.rewards = reads_rewards;
+  checks.advantages = !reads_rewards;
+  checks.response_weights = Objective::weight_type::reads_response_weights;
+
+  be.for_each(1, init_scalars_fn{s});
+  be.for_each(R, scan_response_fn<T>{b, checks, r});
+  be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
+  be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
+  be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+  be.for_each(1, batch_stats_fn<Objective>{s, obj});
+  if constexpr (Backend::host_accessible) throw_if_error(s->status);
+
+  if (adv_t::batch_stage != advantage_batch_stage::none ||
+      obj.weight.normalisation() == weight_normalisation::batch_mean)
+    be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+
+  const std::uint8_t* kept = nullptr;
+  if constexpr (Objective::selector_type::active) {
+    compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
+    mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+    be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+    kept = sc.kept;
+  } else {
+    r.kept = r.length;
+  }
+  if constexpr (Objective::clip_type::needs_entropy_quantile) {
+    be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
+    be.segmented_sort(sc.keys, b.layout);
+    be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.params.percentile});
+  }
+  if constexpr (Objective::ratio_type::scope == ratio_scope::sequence)
+    be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
+
+  be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
+  const bool kept_denominator = obj.kept_denominator();
+  be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
+  be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
+
+  T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
+  be.reduce_tokens(b.layout,
+                   token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
+                   merge_fn<token_partial>{}, sc.tokens);
+  be.for_each(1, result_fn{s, sc.tokens, sc.result, b.entropy != nullptr, reads_rewards, P});
+  return sc.result;
+}
 
 RECO_NAMESPACE_END

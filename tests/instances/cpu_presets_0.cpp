@@ -1,0 +1,7 @@
+// Explicit instances of the presets' CPU pass (see CMakeLists.txt beside this file).
+#include "reco/backend/cpu_instances.hpp"
+
+RECO_CPU_PRESET_INSTANCE_DEFINE(grpo)
+RECO_CPU_PRESET_INSTANCE_DEFINE(dr_grpo)
+RECO_CPU_PRESET_INSTANCE_DEFINE(dapo)
+RECO_CPU_PRESET_INSTANCE_DEFINE(gspo)
