@@ -17,8 +17,11 @@
 // A unit (prompt or response) whose denominator is 0 has no value and is left out of its mean
 // (e.g. a response shorter than n with the ngrams denominator); a prompt none of whose responses
 // has a value is left out of the mean over prompts. If nothing is left the call throws.
+// An n longer than every response of a prompt means 0 n-grams there (any n >= 1 is accepted): no
+// value under the ngrams denominator, 0 under tokens.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -42,13 +45,23 @@ struct distinct_params {
 
 namespace detail {
 
-// One prompt's value, NaN when undefined.
+// One prompt's value, NaN when undefined. An order beyond the prompt's longest response has no
+// n-gram at all: that is answered without counting (n may be as large as INT_MAX).
 inline double distinct_one_prompt(const std::vector<span<const std::int64_t>>& responses, int n,
                                   const distinct_params& p) {
   const double undefined = std::numeric_limits<double>::quiet_NaN();
   if (responses.empty()) return undefined;
-  const auto orders = count_ngrams(responses, n);
-  const ngram_groups& o = orders.back();
+  index_t longest = 0;
+  for (const auto& r : responses) longest = std::max(longest, r.size());
+  ngram_groups none;
+  std::vector<ngram_groups> orders;
+  if (static_cast<index_t>(n) > longest) {
+    none.total.assign(responses.size(), 0);
+    none.unique.assign(responses.size(), 0);
+  } else {
+    orders = count_ngrams(responses, n);
+  }
+  const ngram_groups& o = orders.empty() ? none : orders.back();
   const auto denominator = [&](std::size_t s) -> std::uint64_t {
     return p.denominator == distinct_denominator::ngrams ? o.total[s]
                                                          : static_cast<std::uint64_t>(responses[s].size());
@@ -79,9 +92,11 @@ inline double distinct_n_spans(const std::vector<std::vector<span<const std::int
   require(!prompts.empty(), "responses", "at least one prompt is needed");
   for (const auto& r : prompts) require_token_budget(r, "responses");
   std::vector<double> values(prompts.size());
-  RECO_EVAL_PARALLEL_FOR
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(prompts.size()); ++i)
-    values[static_cast<std::size_t>(i)] = distinct_one_prompt(prompts[static_cast<std::size_t>(i)], n, p);
+  parallel_for(static_cast<std::int64_t>(prompts.size()), loop_schedule::dynamic, [&](std::int64_t i) {
+    values[static_cast<std::size_t>(i)] = guard_allocation(
+        "responses", [&] { return "counting the n-grams of order " + std::to_string(n) + " of prompt " + std::to_string(i); },
+        [&] { return distinct_one_prompt(prompts[static_cast<std::size_t>(i)], n, p); });
+  });
   double sum = 0.0;
   std::size_t defined = 0;
   for (double v : values)

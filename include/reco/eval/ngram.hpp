@@ -117,7 +117,9 @@ struct ngram_groups {
 };
 
 // Orders 1..max_order of every sequence; result[n - 1] is order n. The caller guarantees
-// max_order >= 1 and fewer than 2^32 - 1 tokens in all (positions and ids are 32-bit).
+// max_order >= 1 and bounded (result holds max_order entries: Distinct-n never asks past the
+// longest sequence, BLEU at most bleu_max_order_limit), and fewer than 2^32 - 1 tokens in all
+// (positions and ids are 32-bit).
 //
 // Every n-gram gets an exact dense id, without hashing: the n-gram at position i is the pair
 // (id of the (n-1)-gram at i, id of the token at i + n - 1), packed into one integer key; a
