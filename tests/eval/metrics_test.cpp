@@ -234,7 +234,7 @@ TEST(Bleu, SelfBleuSpecVectorsMethod1) {
     const auto p = bleu_order(order);
     const auto v = ev::self_bleu_per_response(kRoots, p);
     ASSERT_EQ(v.size(), 4u);
-    // The spec prints 10 significant digits per hypothesis and 12 for the mean.
+    // The reference values have 10 significant digits per hypothesis and 12 for the mean.
     for (int h = 0; h < 4; ++h) EXPECT_NEAR(v[static_cast<std::size_t>(h)], per[order - 2][h], 1e-9) << order;
     EXPECT_NEAR(ev::self_bleu(kRoots, p), mean[order - 2], 1e-11) << order;
   }
