@@ -809,7 +809,7 @@ struct naive_kde {
 
 TEST(PassAtK, HugeSampleCountsReturnPromptly) {
   const std::int64_t big = std::int64_t{1} << 40, top = INT64_MAX;
-  expect_finishes_within(20.0, [&] {
+  expect_finishes_within(20.0, [=] {
     // Known limits at the largest n.
     EXPECT_EQ(ev::pass_at_k(top, 0, top), 0.0);
     EXPECT_EQ(ev::pass_at_k(top, 10, top - 5), 1.0);             // n - c < k
@@ -908,7 +908,7 @@ TEST(DistinctN, OrderLongerThanEveryResponseMeansNoNgrams) {
   EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3), 1.0);
   EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3, pooled_tokens), (3.0 / 7.0 + 0.0) / 2.0);
   EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3, per_tokens), ((3.0 / 5.0 + 0.0) / 2.0 + 0.0) / 2.0);
-  expect_finishes_within(20.0, [&] {
+  expect_finishes_within(20.0, [=] {
     // Orders far beyond every response: no n-gram anywhere, without counting order by order.
     for (int n : {6, 1000, INT_MAX}) {
       expect_error_names([&] { ev::distinct_n(prompts, n); }, "responses");
