@@ -1006,6 +1006,13 @@ TEST(Kde, SubnormalValuesAreNotEqualButTheirDensityDoesNotFit) {
   EXPECT_EQ(ev::gaussian_kde_evaluate(std::vector<double>{0.0}, 1e-320, std::vector<double>{1.0})[0], 0.0);
 }
 
+TEST(Kde, MeanLogLikelihoodOfHugeLogProbabilities) {
+  const std::vector<double> logp = {-1.7e308, -1.6e308, -1.0, /**/ -1.0e308};
+  const auto m = ev::mean_log_likelihood_per_response(logp, std::vector<reco::index_t>{0, 3, 4});
+  EXPECT_NEAR(m[0] / (-1.7e308 / 3 - 1.6e308 / 3 - 1.0 / 3), 1.0, 1e-15);
+  EXPECT_EQ(m[1], -1.0e308);
+}
+
 TEST(TokenSummaries, HugeValuesDoNotOverflowTheMeans) {
   // |logp - ref_logp| and their sums beyond the largest double: reference means taken as sums of
   // value / count, which stay finite.

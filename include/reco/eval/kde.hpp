@@ -221,6 +221,15 @@ inline std::vector<double> mean_log_likelihood_per_response(span<const double> l
         detail::fail("logp", "token " + std::to_string(t) + ": must be finite and <= 0");
       s += logp[t];
     }
+    if (std::isinf(s)) {
+      // The sum overflowed (log-probabilities near -1.7e308); the mean cannot: sum the values
+      // scaled by a power of two below 1 and scale the mean back.
+      const int ex = detail::scale_exponent(span<const double>(logp.data() + b, e - b));
+      s = 0.0;
+      for (index_t t = b; t < e; ++t) s += std::ldexp(logp[t], -ex);
+      out[static_cast<std::size_t>(r)] = std::ldexp(s / static_cast<double>(e - b), ex);
+      continue;
+    }
     out[static_cast<std::size_t>(r)] = s / static_cast<double>(e - b);
   }
   return out;
