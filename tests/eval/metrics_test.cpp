@@ -919,6 +919,59 @@ TEST(DistinctN, OrderLongerThanEveryResponseMeansNoNgrams) {
   }, "distinct_n with a huge n");
 }
 
+TEST(DistinctN, HighOrdersMatchTheSetBasedReference) {
+  // Orders from 1 to past the longest response, on data whose n-grams become unique after a few
+  // orders (the counts then follow from the lengths) and on data with long repeats (they never do
+  // before the end): both against a set-based count, under both denominators.
+  std::mt19937_64 rng(77);
+  std::vector<std::vector<token_ids>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_responses(rng, 2 + i % 3, 40, 50));
+  prompts.push_back({token_ids(25, 7), token_ids(10, 7), {1, 2, 1, 2, 1, 2, 1, 2}});  // repeats
+  const token_ids shared = {3, 1, 4, 1, 5, 9, 2, 6};
+  prompts.push_back({shared, shared, token_ids(shared.begin(), shared.begin() + 5)});  // shared across responses
+  for (int n = 1; n <= 45; ++n)
+    for (auto denominator : {ev::distinct_denominator::ngrams, ev::distinct_denominator::tokens}) {
+      double pooled = 0, per = 0;
+      int pooled_count = 0, per_count = 0;
+      for (const auto& responses : prompts) {
+        std::set<ngram> all;
+        long long den_total = 0;
+        double prompt_sum = 0;
+        int prompt_count = 0;
+        for (const auto& r : responses) {
+          const auto c = ngram_counts(r, n);
+          long long grams = 0;
+          for (const auto& [g, k] : c) {
+            all.insert(g);
+            grams += k;
+          }
+          const long long den = denominator == ev::distinct_denominator::ngrams ? grams : static_cast<long long>(r.size());
+          den_total += den;
+          if (den > 0) {
+            prompt_sum += static_cast<double>(c.size()) / static_cast<double>(den);
+            ++prompt_count;
+          }
+        }
+        if (den_total > 0) {
+          pooled += static_cast<double>(all.size()) / static_cast<double>(den_total);
+          ++pooled_count;
+        }
+        if (prompt_count > 0) {
+          per += prompt_sum / prompt_count;
+          ++per_count;
+        }
+      }
+      const ev::distinct_params pooled_p{ev::distinct_scope::pooled_per_prompt, denominator};
+      const ev::distinct_params per_p{ev::distinct_scope::per_response, denominator};
+      if (pooled_count == 0) {
+        expect_error_names([&] { ev::distinct_n(prompts, n, pooled_p); }, "responses");
+        continue;
+      }
+      EXPECT_NEAR(ev::distinct_n(prompts, n, pooled_p), pooled / pooled_count, 1e-13) << n;
+      EXPECT_NEAR(ev::distinct_n(prompts, n, per_p), per / per_count, 1e-13) << n;
+    }
+}
+
 TEST(Bleu, MaxOrderIsBoundedAndWorksUpToTheLimit) {
   ev::bleu_params huge;
   huge.max_order = INT_MAX;

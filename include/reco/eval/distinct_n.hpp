@@ -45,23 +45,34 @@ struct distinct_params {
 
 namespace detail {
 
-// One prompt's value, NaN when undefined. An order beyond the prompt's longest response has no
-// n-gram at all: that is answered without counting (n may be as large as INT_MAX).
+// One prompt's value, NaN when undefined. Orders are counted only up to the first one whose
+// n-grams are all unique; from there (and past the longest response, where there are none) the
+// counts follow from the lengths, so a huge n (up to INT_MAX) costs no more than a small one.
 inline double distinct_one_prompt(const std::vector<span<const std::int64_t>>& responses, int n,
                                   const distinct_params& p) {
   const double undefined = std::numeric_limits<double>::quiet_NaN();
   if (responses.empty()) return undefined;
   index_t longest = 0;
   for (const auto& r : responses) longest = std::max(longest, r.size());
-  ngram_groups none;
   std::vector<ngram_groups> orders;
-  if (static_cast<index_t>(n) > longest) {
-    none.total.assign(responses.size(), 0);
-    none.unique.assign(responses.size(), 0);
-  } else {
-    orders = count_ngrams(responses, n);
+  if (static_cast<index_t>(n) <= longest) orders = count_ngrams(responses, n, /*stop_when_unique=*/true);
+  ngram_groups derived;
+  const bool from_lengths = orders.size() < static_cast<std::size_t>(n);
+  std::uint64_t distinct = 0;
+  if (from_lengths) {
+    // Past every response, or past the order from which every n-gram is unique: each response
+    // has max(0, length - n + 1) n-grams, all distinct, none shared.
+    derived.total.resize(responses.size());
+    derived.unique.resize(responses.size());
+    for (std::size_t s = 0; s < responses.size(); ++s) {
+      const index_t len = responses[s].size();
+      derived.total[s] = len >= static_cast<index_t>(n) ? static_cast<std::uint64_t>(len - n + 1) : 0;
+      derived.unique[s] = static_cast<std::uint32_t>(derived.total[s]);
+      distinct += derived.total[s];
+    }
   }
-  const ngram_groups& o = orders.empty() ? none : orders.back();
+  const ngram_groups& o = from_lengths ? derived : orders.back();
+  if (!from_lengths) distinct = o.distinct();
   const auto denominator = [&](std::size_t s) -> std::uint64_t {
     return p.denominator == distinct_denominator::ngrams ? o.total[s]
                                                          : static_cast<std::uint64_t>(responses[s].size());
@@ -69,7 +80,7 @@ inline double distinct_one_prompt(const std::vector<span<const std::int64_t>>& r
   if (p.scope == distinct_scope::pooled_per_prompt) {
     std::uint64_t den = 0;
     for (std::size_t s = 0; s < responses.size(); ++s) den += denominator(s);
-    return den == 0 ? undefined : static_cast<double>(o.distinct()) / static_cast<double>(den);
+    return den == 0 ? undefined : static_cast<double>(distinct) / static_cast<double>(den);
   }
   double sum = 0.0;
   std::size_t defined = 0;

@@ -125,8 +125,13 @@ struct ngram_groups {
 // (id of the (n-1)-gram at i, id of the token at i + n - 1), packed into one integer key; a
 // stable radix sort of all keys of an order with their positions puts equal n-grams next to each
 // other, in position (hence sequence) order, and numbering the runs gives the ids of the order.
+//
+// stop_when_unique: stop after the first order whose n-grams all occur once (the result is then
+// shorter than max_order). Every longer n-gram then occurs once too (a repeated n-gram would
+// repeat its prefix), so a caller that needs only a high order can take its counts from the
+// lengths; for natural text this happens after a few orders.
 inline std::vector<ngram_groups> count_ngrams(const std::vector<span<const std::int64_t>>& seqs,
-                                              int max_order) {
+                                              int max_order, bool stop_when_unique = false) {
   const std::size_t num_seqs = seqs.size();
   std::vector<std::uint32_t> start(num_seqs + 1, 0);
   for (std::size_t s = 0; s < num_seqs; ++s) start[s + 1] = start[s] + static_cast<std::uint32_t>(seqs[s].size());
@@ -209,6 +214,10 @@ inline std::vector<ngram_groups> count_ngrams(const std::vector<span<const std::
     if (n == 1) {
       unigram = current;
       unigram_bits = bit_width(previous_distinct > 0 ? previous_distinct - 1 : 0);
+    }
+    if (stop_when_unique && n < max_order && previous_distinct == keys.size()) {
+      orders.resize(static_cast<std::size_t>(n));
+      break;
     }
   }
   return orders;
