@@ -1,6 +1,6 @@
 // GPU benchmark of the per-token objective: the fused CUDA path (reco::cuda_fused) against the
 // generic passes (reco::cuda) on the same batches, with a device-to-device copy of the same
-// traffic measured in the same binary (performance spec: "How to measure").
+// traffic measured in the same binary (the method of docs/benchmarks-cuda.md).
 //
 //  objective/<impl>/<preset>/<kl|nokl>/N:<tokens>   impl in {fused, generic}; presets grpo, reco,
 //      dapo, rule_80_20, each with and without a k3 KL term; N from 8K to 64M tokens

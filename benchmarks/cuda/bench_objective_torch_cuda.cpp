@@ -1,5 +1,5 @@
 // The LibTorch eager baseline on CUDA, in the same binary as reco's fused path on the same
-// tensors (performance spec: "Always run the baseline in the same binary and the same run").
+// tensors (a baseline always runs in the same binary and the same run as what it is compared with).
 //
 //  objective_torch/<impl>/<preset>/N:<tokens>   impl in {torch_eager, reco_fused};
 //      presets grpo (k3 KL), reco (k3 KL), dapo, rule_80_20; N valid tokens from 8K to 64M

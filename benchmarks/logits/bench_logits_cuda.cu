@@ -1,4 +1,4 @@
-// GPU benchmarks of reco::logits over the performance spec's sweep: V in {32,000, 128,256,
+// GPU benchmarks of reco::logits over the sweep: V in {32,000, 128,256,
 // 151,936, 262,144} x N in {1K, 8K, 32K, 70K} x {bf16, fp16, fp32}, temperature 0.7, about 30 % of
 // the rows masked; forward (logp + entropy + lse) and forward + backward (dlogits out of place).
 //

@@ -1,4 +1,4 @@
-// The named objectives of the spec (§11) and the paper's ablations. Each preset is an ordinary
+// The named GRPO-family objectives and the ReCo paper's ablations. Each preset is an ordinary
 // reco::objective whose constructor sets the published constants; every parameter stays
 // adjustable afterwards (obj.clip.params.eps_high = ...). docs/presets.md lists each constant
 // and its source.

@@ -1,4 +1,5 @@
-// What one objective call returns: the loss and its parts, the diagnostics of the spec's §10
+// What one objective call returns: the loss and its parts, the diagnostics of docs/conventions.md
+// ("Diagnostics")
 // and a status word for input errors found while reading device-resident data.
 #pragma once
 

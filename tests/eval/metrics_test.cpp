@@ -1,15 +1,22 @@
-// Tests of reco::eval: the vectors of shared/spec/metrics.md, properties, independent naive
+// Tests of reco::eval: fixed test vectors, properties, independent naive
 // references written here (exact binomials, map-based n-gram counting), and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "reco/eval/bleu.hpp"
@@ -24,7 +31,7 @@ using ev::token_ids;
 
 namespace {
 
-// The four responses of metrics.md.
+// Four short responses shared by the fixed BLEU / Distinct-n vectors.
 const std::vector<std::string> kRoots = {
     "we compute the sum of the roots and get 5",
     "the sum of the roots is 5 by vieta",
@@ -227,7 +234,7 @@ TEST(Bleu, SelfBleuSpecVectorsMethod1) {
     const auto p = bleu_order(order);
     const auto v = ev::self_bleu_per_response(kRoots, p);
     ASSERT_EQ(v.size(), 4u);
-    // The spec prints 10 significant digits per hypothesis and 12 for the mean.
+    // The reference values have 10 significant digits per hypothesis and 12 for the mean.
     for (int h = 0; h < 4; ++h) EXPECT_NEAR(v[static_cast<std::size_t>(h)], per[order - 2][h], 1e-9) << order;
     EXPECT_NEAR(ev::self_bleu(kRoots, p), mean[order - 2], 1e-11) << order;
   }
@@ -737,4 +744,351 @@ TEST(EvalErrors, NameTheArgument) {
   expect_error_names([] { ev::gaussian_kde_evaluate(std::vector<double>{1.0}, 0.0, std::vector<double>{0.0}); }, "bandwidth");
   expect_error_names([] { ev::mean_log_likelihood_per_response(std::vector<double>{-1.0}, std::vector<reco::index_t>{0, 0, 1}); },
                      "offsets");
+}
+
+// ================================ extreme inputs ===============================================
+// Inputs at the edge of the documented ranges: huge sample counts and orders, magnitudes near
+// the largest double and subnormal values, exceptions inside the parallel loops.
+
+namespace {
+
+// Runs f on its own thread and fails the test if it has not finished after `seconds` (a hang
+// then costs the deadline, not the whole suite; the thread is left to the process's exit).
+void expect_finishes_within(double seconds, std::function<void()> f, const std::string& what) {
+  auto task = std::make_shared<std::packaged_task<void()>>(std::move(f));
+  std::future<void> done = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (done.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    ADD_FAILURE() << what << ": still running after " << seconds << " s";
+    return;
+  }
+  done.get();  // rethrows a failure of f
+}
+
+// 1 - C(n - c, k) / C(n, k) as a long double product of (n - c - j) / (n - j), j < k; with
+// C(n - c, k) / C(n, k) = C(n - k, c) / C(n, c) the shorter of the two products is used.
+long double pass_at_k_product(std::int64_t n, std::int64_t c, std::int64_t k) {
+  if (n - c < k) return 1.0L;
+  const std::int64_t terms = std::min(c, k), other = std::max(c, k);
+  long double ratio = 1.0L;
+  for (std::int64_t j = 0; j < terms; ++j)
+    ratio *= static_cast<long double>(n - other - j) / static_cast<long double>(n - j);
+  return 1.0L - ratio;
+}
+
+// For n far above c and k: log C(n - c, k) / C(n, k) = sum_{j < m} log(1 - a / (n - j)) expanded
+// in a / n and m / n to third order (what is left is below 1e-20 for the cases used).
+long double pass_at_k_asymptotic(std::int64_t n_, std::int64_t c, std::int64_t k) {
+  const long double n = static_cast<long double>(n_), a = static_cast<long double>(std::max(c, k)),
+                    m = static_cast<long double>(std::min(c, k));
+  const long double harmonic1 = m / n + m * (m - 1) / (2 * n * n);  // sum_j 1 / (n - j)
+  const long double harmonic2 = m / (n * n), harmonic3 = m / (n * n * n);
+  return -std::expm1(-(a * harmonic1 + a * a * harmonic2 / 2 + a * a * a * harmonic3 / 3));
+}
+
+// Gaussian KDE straight from the definition on moderate values: ddof-1 std, Scott's factor.
+struct naive_kde {
+  std::vector<double> x;
+  double h;
+  explicit naive_kde(std::vector<double> v) : x(std::move(v)) {
+    double mean = 0;
+    for (double t : x) mean += t;
+    mean /= static_cast<double>(x.size());
+    double ss = 0;
+    for (double t : x) ss += (t - mean) * (t - mean);
+    h = std::pow(static_cast<double>(x.size()), -0.2) * std::sqrt(ss / static_cast<double>(x.size() - 1));
+  }
+  double at(double p) const {
+    double s = 0;
+    for (double t : x) s += std::exp(-0.5 * ((p - t) / h) * ((p - t) / h)) / (h * std::sqrt(2 * M_PI));
+    return s / static_cast<double>(x.size());
+  }
+};
+
+}  // namespace
+
+TEST(PassAtK, HugeSampleCountsReturnPromptly) {
+  const std::int64_t big = std::int64_t{1} << 40, top = INT64_MAX;
+  expect_finishes_within(20.0, [=] {
+    // Known limits at the largest n.
+    EXPECT_EQ(ev::pass_at_k(top, 0, top), 0.0);
+    EXPECT_EQ(ev::pass_at_k(top, 10, top - 5), 1.0);             // n - c < k
+    EXPECT_EQ(ev::pass_at_k(top, top / 2, top / 2), 1.0);        // all-wrong ratio far below 2^-54
+    EXPECT_EQ(ev::pass_at_k(big, big - 5, 2), 1.0);              // ratio 20 / (2^40 (2^40 - 1))
+    EXPECT_NEAR(ev::pass_at_k(big, big / 2, 1), 0.5, 1e-16);     // pass@1 = c / n
+    EXPECT_NEAR(ev::pass_at_k(top, 1, std::int64_t{1} << 62),
+                static_cast<double>(static_cast<long double>(std::int64_t{1} << 62) / static_cast<long double>(top)), 1e-16);
+    // c = 1: pass@k = k / n exactly, kept to full relative precision for a tiny value.
+    const double tiny = ev::pass_at_k(top, 1, 3);
+    EXPECT_NEAR(tiny / (3.0L / static_cast<long double>(top)), 1.0, 1e-15);
+    // Far above c and k: the third-order expansion is exact to double precision.
+    for (std::int64_t m : {std::int64_t{1} << 31, std::int64_t{3000000000}, std::int64_t{1} << 20}) {
+      const std::int64_t a = m == (std::int64_t{1} << 20) ? big : m;
+      const double got = ev::pass_at_k(top, m, a);
+      const double want = static_cast<double>(pass_at_k_asymptotic(top, m, a));
+      EXPECT_NEAR(got, want, 2e-15 * want) << m << " " << a;
+    }
+    // n = 2^40 with a million correct samples and draws (the closed-form path) against the product.
+    const double want = static_cast<double>(pass_at_k_product(big, 1000000, 1000000));
+    EXPECT_NEAR(ev::pass_at_k(big, 1000000, 1000000), want, 1e-13);
+    EXPECT_NEAR(ev::pass_at_k(big, 3, big / 2), static_cast<double>(pass_at_k_product(big, 3, big / 2)), 1e-14);
+    // The batch form goes through the same code.
+    const std::vector<std::int64_t> ns = {top, big, big}, cs = {top / 2, big / 2, 1000000};
+    const auto curve = ev::pass_at_k_curve(ns, cs, {1, 1000000});
+    EXPECT_EQ(curve.per_problem[1][0], 1.0);
+    EXPECT_NEAR(curve.per_problem[0][1], 0.5, 1e-16);
+  }, "pass@k with n up to INT64_MAX");
+}
+
+TEST(PassAtK, MatchesTheProductAcrossSizes) {
+  // Both the term-by-term path (up to 2^14 factors) and the closed-form path beyond it, with
+  // results spread over (0, 1), against a long double product of the binomial ratio.
+  std::mt19937_64 rng(2024);
+  int compared = 0;
+  for (int it = 0; it < 400; ++it) {
+    const double log_n = std::uniform_real_distribution<double>(std::log(2.0), std::log(1e13))(rng);
+    const std::int64_t n = static_cast<std::int64_t>(std::exp(log_n));
+    const double log_m = std::uniform_real_distribution<double>(0.0, std::log(3e5))(rng);
+    const std::int64_t m = std::min<std::int64_t>(n / 2, static_cast<std::int64_t>(std::exp(log_m)));
+    if (m < 1) continue;
+    // a near n / m keeps the result away from 0 and 1 in most draws.
+    const std::int64_t a = std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(static_cast<double>(n) / static_cast<double>(m) *
+                                  std::uniform_real_distribution<double>(0.05, 4.0)(rng)),
+        m, n - m);
+    const bool c_is_small = it % 2 == 0;
+    const std::int64_t c = c_is_small ? m : a, k = c_is_small ? a : m;
+    const double want = static_cast<double>(pass_at_k_product(n, c, k));
+    ASSERT_NEAR(ev::pass_at_k(n, c, k), want, 1e-13) << n << " " << c << " " << k;
+    ++compared;
+  }
+  EXPECT_GT(compared, 300);
+  // Around the switch between the two paths.
+  for (std::int64_t m : {16383, 16384, 16385, 20000})
+    EXPECT_NEAR(ev::pass_at_k(100000000, m, m), static_cast<double>(pass_at_k_product(100000000, m, m)), 1e-13) << m;
+}
+
+TEST(EvalParallel, ExceptionsLeaveTheLoopLowestIndexFirst) {
+  // Throwing inside an OpenMP region would terminate the process; the loop must instead rethrow
+  // the lowest failing iteration's exception, after running every iteration below it.
+  for (auto schedule : {ev::detail::loop_schedule::dynamic, ev::detail::loop_schedule::blocks}) {
+    std::vector<std::atomic<int>> ran(1000);
+    try {
+      ev::detail::parallel_for(1000, schedule, [&](std::int64_t i) {
+        ran[static_cast<std::size_t>(i)] = 1;
+        if (i % 97 == 50) throw std::runtime_error("iteration " + std::to_string(i));
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "iteration 50");
+    }
+    for (int i = 0; i <= 50; ++i) EXPECT_EQ(ran[static_cast<std::size_t>(i)].load(), 1) << i;
+    EXPECT_THROW(ev::detail::parallel_for(64, schedule, [](std::int64_t i) { if (i == 63) throw std::bad_alloc(); }),
+                 std::bad_alloc);
+    int sum = 0;
+    ev::detail::parallel_for(0, schedule, [&](std::int64_t) { ++sum; });
+    EXPECT_EQ(sum, 0);
+  }
+}
+
+TEST(EvalParallel, AllocationFailureBecomesAnErrorNamingTheArgument) {
+  expect_error_names([] {
+    ev::detail::guard_allocation("responses", [] { return std::string("counting"); },
+                                 []() -> int { throw std::bad_alloc(); });
+  }, "responses");
+  EXPECT_EQ(ev::detail::guard_allocation("responses", [] { return std::string("x"); }, [] { return 7; }), 7);
+}
+
+TEST(DistinctN, OrderLongerThanEveryResponseMeansNoNgrams) {
+  const std::vector<std::vector<token_ids>> prompts = {{{1, 2, 3, 4, 5}, {1, 2}}, {{7, 8}, {9}}};
+  const ev::distinct_params pooled_tokens{ev::distinct_scope::pooled_per_prompt, ev::distinct_denominator::tokens};
+  const ev::distinct_params per_tokens{ev::distinct_scope::per_response, ev::distinct_denominator::tokens};
+  // Order 3: the second prompt has no trigram. Under the ngrams denominator it has no value (left
+  // out); under tokens it counts 0.
+  EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3), 1.0);
+  EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3, pooled_tokens), (3.0 / 7.0 + 0.0) / 2.0);
+  EXPECT_DOUBLE_EQ(ev::distinct_n(prompts, 3, per_tokens), ((3.0 / 5.0 + 0.0) / 2.0 + 0.0) / 2.0);
+  expect_finishes_within(20.0, [=] {
+    // Orders far beyond every response: no n-gram anywhere, without counting order by order.
+    for (int n : {6, 1000, INT_MAX}) {
+      expect_error_names([&] { ev::distinct_n(prompts, n); }, "responses");
+      EXPECT_EQ(ev::distinct_n(prompts, n, pooled_tokens), 0.0) << n;
+      EXPECT_EQ(ev::distinct_n(prompts, n, per_tokens), 0.0) << n;
+      EXPECT_EQ(ev::distinct_n(std::vector<std::string>{"a b", "c"}, n, per_tokens), 0.0) << n;
+    }
+  }, "distinct_n with a huge n");
+}
+
+TEST(DistinctN, HighOrdersMatchTheSetBasedReference) {
+  // Orders from 1 to past the longest response, on data whose n-grams become unique after a few
+  // orders (the counts then follow from the lengths) and on data with long repeats (they never do
+  // before the end): both against a set-based count, under both denominators.
+  std::mt19937_64 rng(77);
+  std::vector<std::vector<token_ids>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_responses(rng, 2 + i % 3, 40, 50));
+  prompts.push_back({token_ids(25, 7), token_ids(10, 7), {1, 2, 1, 2, 1, 2, 1, 2}});  // repeats
+  const token_ids shared = {3, 1, 4, 1, 5, 9, 2, 6};
+  prompts.push_back({shared, shared, token_ids(shared.begin(), shared.begin() + 5)});  // shared across responses
+  for (int n = 1; n <= 45; ++n)
+    for (auto denominator : {ev::distinct_denominator::ngrams, ev::distinct_denominator::tokens}) {
+      double pooled = 0, per = 0;
+      int pooled_count = 0, per_count = 0;
+      for (const auto& responses : prompts) {
+        std::set<ngram> all;
+        long long den_total = 0;
+        double prompt_sum = 0;
+        int prompt_count = 0;
+        for (const auto& r : responses) {
+          const auto c = ngram_counts(r, n);
+          long long grams = 0;
+          for (const auto& [g, k] : c) {
+            all.insert(g);
+            grams += k;
+          }
+          const long long den = denominator == ev::distinct_denominator::ngrams ? grams : static_cast<long long>(r.size());
+          den_total += den;
+          if (den > 0) {
+            prompt_sum += static_cast<double>(c.size()) / static_cast<double>(den);
+            ++prompt_count;
+          }
+        }
+        if (den_total > 0) {
+          pooled += static_cast<double>(all.size()) / static_cast<double>(den_total);
+          ++pooled_count;
+        }
+        if (prompt_count > 0) {
+          per += prompt_sum / prompt_count;
+          ++per_count;
+        }
+      }
+      const ev::distinct_params pooled_p{ev::distinct_scope::pooled_per_prompt, denominator};
+      const ev::distinct_params per_p{ev::distinct_scope::per_response, denominator};
+      if (pooled_count == 0) {
+        expect_error_names([&] { ev::distinct_n(prompts, n, pooled_p); }, "responses");
+        continue;
+      }
+      EXPECT_NEAR(ev::distinct_n(prompts, n, pooled_p), pooled / pooled_count, 1e-13) << n;
+      EXPECT_NEAR(ev::distinct_n(prompts, n, per_p), per / per_count, 1e-13) << n;
+    }
+}
+
+TEST(Bleu, MaxOrderIsBoundedAndWorksUpToTheLimit) {
+  ev::bleu_params huge;
+  huge.max_order = INT_MAX;
+  expect_error_names([&] { ev::self_bleu(kRoots, huge); }, "params.max_order");
+  expect_error_names([&] { ev::sentence_bleu(std::vector<token_ids>{{1, 2}}, token_ids{1, 2}, huge); },
+                     "params.max_order");
+  huge.max_order = ev::bleu_max_order_limit + 1;
+  expect_error_names([&] { ev::self_bleu(kRoots, huge); }, "params.max_order");
+  // At the limit, orders past every response only add smoothed empty precisions.
+  const auto ids = ev::tokenise_whitespace(kRoots);
+  const int order = ev::bleu_max_order_limit;
+  const auto per = ev::self_bleu_per_response(ids, bleu_order(order));
+  for (std::size_t h = 0; h < ids.size(); ++h) {
+    std::vector<token_ids> refs;
+    for (std::size_t r = 0; r < ids.size(); ++r)
+      if (r != h) refs.push_back(ids[r]);
+    EXPECT_NEAR(per[h], naive_bleu(refs, ids[h], order, true), 1e-14) << h;
+  }
+}
+
+TEST(Kde, GridSizeIsBounded) {
+  ev::kde_params p;
+  p.grid_size = std::int64_t{1} << 50;
+  expect_error_names([&] { ev::gaussian_kde(std::vector<double>{1.0, 2.0}, p); }, "params.grid_size");
+  p.grid_size = ev::kde_max_grid_size + 1;
+  expect_error_names([&] { ev::gaussian_kde(std::vector<double>{1.0, 2.0}, p); }, "params.grid_size");
+}
+
+TEST(Kde, ExtremeMagnitudesMatchTheScaledDefinition) {
+  // x = scale · u: the bandwidth and grid scale with it and the density by 1 / scale. The
+  // reference works on u, where nothing overflows or underflows.
+  const std::vector<double> u = {-1.0, -0.3, 0.2, 0.25, 1.0};
+  const naive_kde ref(u);
+  for (double scale : {1e200, 1e-200, 1e-305, 1e300}) {
+    std::vector<double> x;
+    for (double v : u) x.push_back(v * scale);
+    const auto k = ev::gaussian_kde(x);
+    EXPECT_NEAR(k.bandwidth / scale, ref.h, 1e-13 * ref.h) << scale;
+    for (std::size_t g = 0; g < k.grid.size(); g += 37) {
+      ASSERT_TRUE(std::isfinite(k.density[g])) << scale << " " << g;
+      const double at_u = ref.at(k.grid[g] / scale);
+      EXPECT_NEAR(k.density[g] * scale, at_u, 1e-12 * at_u + 1e-300) << scale << " " << g;
+    }
+    // gaussian_kde_evaluate in the samples' own units.
+    const std::vector<double> points = {-0.5 * scale, 0.0, 0.9 * scale};
+    const auto d = ev::gaussian_kde_evaluate(x, k.bandwidth, points);
+    for (std::size_t j = 0; j < points.size(); ++j) {
+      const double at_u = ref.at(points[j] / scale);
+      EXPECT_NEAR(d[j] * scale, at_u, 1e-12 * at_u) << scale << " " << j;
+    }
+  }
+  // Near the largest double: the differences between samples overflow, the result does not.
+  std::vector<double> x;
+  for (double v : u) x.push_back(v * 1.5e308);
+  ev::kde_params no_cut;
+  no_cut.cut = 0.0;
+  const auto k = ev::gaussian_kde(x, no_cut);
+  EXPECT_NEAR(k.bandwidth / 1.5e308, ref.h, 1e-13 * ref.h);
+  EXPECT_EQ(k.grid.front(), x.front());
+  EXPECT_EQ(k.grid.back(), x.back());
+  for (std::size_t g = 0; g < k.grid.size(); g += 23) {
+    const double at_u = ref.at(k.grid[g] / 1.5e308);
+    EXPECT_NEAR(k.density[g] * 1.5e308 / at_u, 1.0, 1e-9) << g;  // densities ~1e-309 are subnormal
+  }
+  const auto d = ev::gaussian_kde_evaluate(x, k.bandwidth, std::vector<double>{x.front()});
+  EXPECT_NEAR(d[0] * 1.5e308 / ref.at(-1.0), 1.0, 1e-9);
+  // With the default cut the grid would end beyond the largest double.
+  expect_error_names([&] { ev::gaussian_kde(x); }, "samples");
+}
+
+TEST(Kde, SubnormalValuesAreNotEqualButTheirDensityDoesNotFit) {
+  // Distinct subnormal values have a spread; their density (~1e323) exceeds the largest double.
+  const std::vector<double> x = {5e-324, 1e-323, 1.5e-323, 2.5e-323};
+  try {
+    ev::gaussian_kde(x);
+    ADD_FAILURE() << "no error";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "samples");
+    EXPECT_EQ(std::string(e.what()).find("equal"), std::string::npos) << e.what();
+  }
+  expect_error_names([] { ev::gaussian_kde(std::vector<double>{5e-324, 5e-324}); }, "samples");  // really equal
+  expect_error_names([] { ev::gaussian_kde_evaluate(std::vector<double>{0.0, 1e-320}, 1e-320, std::vector<double>{0.0}); },
+                     "bandwidth");
+  // Far from every sample the density is 0, even for a subnormal bandwidth.
+  EXPECT_EQ(ev::gaussian_kde_evaluate(std::vector<double>{0.0}, 1e-320, std::vector<double>{1.0})[0], 0.0);
+}
+
+TEST(Kde, MeanLogLikelihoodOfHugeLogProbabilities) {
+  const std::vector<double> logp = {-1.7e308, -1.6e308, -1.0, /**/ -1.0e308};
+  const auto m = ev::mean_log_likelihood_per_response(logp, std::vector<reco::index_t>{0, 3, 4});
+  EXPECT_NEAR(m[0] / (-1.7e308 / 3 - 1.6e308 / 3 - 1.0 / 3), 1.0, 1e-15);
+  EXPECT_EQ(m[1], -1.0e308);
+}
+
+TEST(TokenSummaries, HugeValuesDoNotOverflowTheMeans) {
+  // |logp - ref_logp| and their sums beyond the largest double: reference means taken as sums of
+  // value / count, which stay finite.
+  const std::vector<double> logp = {-1.7e308, -1.7e308, -1.6e308, -1.0e308, 0.5};
+  const std::vector<double> ref = {0.0, -1e-3, 0.0, 1.0e308, 0.25};
+  const std::vector<reco::index_t> offsets = {0, 2, 3, 5};
+  std::vector<double> d;
+  for (std::size_t t = 0; t < logp.size(); ++t) d.push_back(0.5 * std::fabs(logp[t]) + 0.5 * std::fabs(ref[t]));
+  // (logp and ref have opposite signs or ref = 0 here, so |logp - ref| / 2 = (|logp| + |ref|) / 2.)
+  d[4] = 0.25 / 2;
+  double token_mean = 0;
+  for (double v : d) token_mean += v / 5.0 * 2;
+  const double r0 = d[0] + d[1], r1 = 2 * d[2], r2 = d[3] + d[4];  // response means
+  const double response_mean = r0 / 3 + r1 / 3 + r2 / 3;
+  const auto kl = ev::mean_abs_kl(logp, ref, offsets);
+  EXPECT_NEAR(kl.token_mean / token_mean, 1.0, 1e-15);
+  EXPECT_NEAR(kl.response_mean / response_mean, 1.0, 1e-15);
+  const std::vector<double> h = {1.7e308, 1.7e308, 1.6e308};
+  const auto e = ev::mean_token_entropy(h, std::vector<reco::index_t>{0, 2, 3});
+  EXPECT_NEAR(e.token_mean / (1.7e308 / 3 * 2 + 1.6e308 / 3), 1.0, 1e-15);
+  EXPECT_NEAR(e.response_mean / (1.7e308 / 2 + 1.6e308 / 2), 1.0, 1e-15);
+  // A mean that genuinely exceeds the largest double.
+  expect_error_names([] {
+    ev::mean_abs_kl(std::vector<double>{-1.7e308}, std::vector<double>{1.7e308}, std::vector<reco::index_t>{0, 1});
+  }, "logp");
 }

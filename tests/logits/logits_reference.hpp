@@ -44,7 +44,7 @@ inline reference_row reference_forward(const std::vector<double>& x, std::int64_
   return out;
 }
 
-// d/dx of g * logp + g_h * entropy for one row (spec §9), from the reference probabilities.
+// d/dx of g * logp + g_h * entropy for one row (docs/logits.md), from the reference probabilities.
 inline std::vector<double> reference_backward(const std::vector<double>& x, std::int64_t y, double tau, double g,
                                               double g_h) {
   const reference_row f = reference_forward(x, y, tau);

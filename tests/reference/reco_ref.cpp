@@ -1,5 +1,5 @@
-// Independent reference implementation; see reco_ref.hpp. Sources: docs/conventions.md (binding)
-// and the spec's §2-§8, §10-§13. Section names in the comments refer to the conventions page.
+// Independent reference implementation; see reco_ref.hpp. Source: docs/conventions.md (binding)
+// and docs/concepts.md for the gradient check. Section names in the comments refer to the conventions page.
 //
 // Places where the definitions leave room carry a "READING:" comment with the choice made.
 
@@ -906,7 +906,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
 }
 
 // ---------------------------------------------------------------------------------------------
-// Presets (spec §11 with the conventions' constants).
+// Presets (docs/presets.md, with the conventions' constants).
 // ---------------------------------------------------------------------------------------------
 
 std::vector<std::string> preset_names() {

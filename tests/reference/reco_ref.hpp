@@ -1,6 +1,6 @@
 // Independent double-precision reference of the objectives `reco` implements.
 //
-// Written from docs/conventions.md and the spec (algorithms.md §2-§8, §10-§13) only; it includes
+// Written from docs/conventions.md (and docs/concepts.md for the gradient check) only; it includes
 // nothing from include/reco. Everything is a straight loop over responses and tokens in double,
 // so that each line can be checked against the definition it implements. It is slow on purpose.
 //
@@ -26,7 +26,7 @@ enum class aggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, se
 enum class kl { none, k1, abs, k2, k3 };
 
 struct config {
-  // Advantage (§2). adv_eps and scale_by_std apply to grpo and pass_at_k (adv_eps also to batch_std).
+  // Advantage (conventions: Advantages). adv_eps and scale_by_std apply to grpo and pass_at_k (adv_eps also to batch_std).
   advantage adv = advantage::grpo;
   double adv_eps = 1e-6;
   bool scale_by_std = true;
@@ -34,7 +34,7 @@ struct config {
   bool whiten_unbiased = true;  // reinforce_pp
   double whiten_eps = 1e-8;     // reinforce_pp
 
-  // Ratio form (§3).
+  // Ratio form (conventions: Ratio forms).
   ratio ratio_form = ratio::token;
   double log_ratio_clamp = 20;   // L; 0 disables
   double seq_max_log = 10;       // GSPO cap on the log sequence ratio
@@ -43,19 +43,19 @@ struct config {
   double sapo_tau_pos = 1.0, sapo_tau_neg = 1.05;
   double gmpo_eps_low = 0.4, gmpo_eps_high = 0.4;
 
-  // Clip (§4).
+  // Clip (conventions: Clipping).
   clip clip_mode = clip::ppo;
   double eps_low = 0.2, eps_high = 0.2;
   dual dual_mode = dual::off;
   double dual_c = 3;
   double split_eps_low = 0.4, split_eps_high = 0.4, split_percentile = 0.8;
 
-  // Response weight (§1, §5).
+  // Response weight (conventions: Response weights).
   weight weight_mode = weight::uniform;
   double weight_cap = 10;  // <= 0: no cap
   weight_norm weight_normalisation = weight_norm::none;
 
-  // Token selection (§6).
+  // Token selection (conventions: Token selection).
   selection select = selection::all;
   double rho = 0.2;
   denominator denom = denominator::valid;
@@ -63,11 +63,11 @@ struct config {
   double given_cut = 0;
   std::int64_t given_ties = -1;  // top_k with a given cut: ties kept in position order; < 0: all
 
-  // Aggregation (§7).
+  // Aggregation (conventions: Aggregation).
   aggregation agg = aggregation::seq_mean_token_mean;
   double sum_norm_constant = 0, sum_norm_max_length = 0;  // 0: R * batch.max_length
 
-  // KL (§8) and entropy bonus.
+  // KL and entropy bonus (conventions: The loss).
   kl kl_mode = kl::none;
   double kl_beta = 0.001;
   bool kl_clamp = true;
@@ -113,7 +113,7 @@ output evaluate(const batch& b, const config& c);
 // The loss as a function of `logp` in which every stop-gradient quantity (the variance ratio's
 // sg(p), the flipped ratio's sg(rho), CISPO's sg(clip(r)), the GSPO / GMPO sequence value, the
 // soft dual clip's sg(c), the straight-through KL's sg(k - k2)) is evaluated at `frozen_logp`
-// instead (spec §13). frozen_loss(b, c,
+// instead (docs/concepts.md, gradients). frozen_loss(b, c,
 // b.logp, b.logp) == evaluate(b, c).loss, and d/dlogp_t of frozen_loss(b, c, logp + h e_t, logp)
 // is evaluate(b, c).grad_logp[t]. b.logp itself is ignored.
 double frozen_loss(const batch& b, const config& c, const std::vector<double>& logp,

@@ -1,5 +1,5 @@
 // Self-consistency of the reference: for every preset and for each component on its own, the
-// analytic gradient agrees with central finite differences of frozen_loss (spec §13), invalid
+// analytic gradient agrees with central finite differences of frozen_loss (docs/concepts.md), invalid
 // tokens get exactly zero gradient and are never read, and the regimes the checks are meant to
 // cover (clipping, dual clipping, clamps) actually occur.
 

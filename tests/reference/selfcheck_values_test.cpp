@@ -524,7 +524,7 @@ TEST(ReferenceValues, GlobalNormalisers) {
 }
 
 // Split along a group boundary with the global normalisers of the whole batch, the two halves'
-// losses and gradients add up to those of the whole (spec §7).
+// losses and gradients add up to those of the whole (conventions: Aggregation).
 TEST(ReferenceValues, GlobalNormalisersMakeSplitsAdd) {
   const batch whole = reco_ref_test::random_batch(4242, reco_ref_test::shape_for_seed(4));
   const i64 P = static_cast<i64>(whole.group_offsets.size()) - 1;
@@ -910,7 +910,7 @@ TEST(ReferenceValues, EmptyBatchGivesZeros) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// On-policy identity (spec §1, §13): with old_logp = logp the variance, flipped, sequence and
+// On-policy identity: with old_logp = logp the variance, flipped, sequence and
 // GMPO ratios all equal 1 and give the token ratio's loss and gradient.
 // ---------------------------------------------------------------------------------------------
 

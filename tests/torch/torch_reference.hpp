@@ -34,7 +34,7 @@ struct config {
   double entropy_coef = 0.0; // entropy bonus (custom objectives only)
 };
 
-// The spec's preset table (algorithms.md §11) with the constants of docs/conventions.md.
+// The preset table of docs/presets.md with the constants of docs/conventions.md.
 inline config preset(const std::string& name) {
   config c;
   auto grpo_clip = [&] { c.eps_low = c.eps_high = 0.2; c.dual = dual_kind::hard; c.dual_c = 3.0; };
@@ -71,7 +71,7 @@ struct padded_batch {
   at::Tensor mask;                                              // [R, L] float64 0/1
   at::Tensor rewards;                                           // [R] float64
   std::vector<int64_t> group_offsets;
-  int64_t max_length = 0;                                       // L_max of the spec's Dr.GRPO constant
+  int64_t max_length = 0;                                       // L_max of Dr.GRPO's constant normaliser
 };
 
 struct result {

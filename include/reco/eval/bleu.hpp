@@ -35,6 +35,11 @@ enum class bleu_smoothing {
   method1,  // an order with no match gets precision epsilon / (number of hypothesis n-grams)
 };
 
+// Largest accepted bleu_params::max_order. Orders past the longest sequence only add smoothed
+// empty precisions, and the per-response counts take K·max_order entries, so a larger order is
+// refused rather than allocated.
+constexpr int bleu_max_order_limit = 256;
+
 struct bleu_params {
   int max_order = 4;                                  // BLEU-N; weights 1/N for orders 1..N
   bleu_smoothing smoothing = bleu_smoothing::method1;  // what diversity work uses; NLTK: method0
@@ -44,7 +49,8 @@ struct bleu_params {
 namespace detail {
 
 inline void check_bleu_params(const bleu_params& p) {
-  require(p.max_order >= 1, "params.max_order", "must be >= 1");
+  require(p.max_order >= 1 && p.max_order <= bleu_max_order_limit, "params.max_order",
+          "must be in [1, " + std::to_string(bleu_max_order_limit) + "], got " + std::to_string(p.max_order));
   require(p.smoothing == bleu_smoothing::method0 || p.smoothing == bleu_smoothing::method1,
           "params.smoothing", "unknown smoothing method");
   require(std::isfinite(p.epsilon) && p.epsilon > 0, "params.epsilon", "must be finite and > 0");
@@ -188,9 +194,11 @@ inline double mean_of(const std::vector<double>& v) {
 
 inline double sentence_bleu(const std::vector<token_ids>& references, const token_ids& hypothesis,
                             const bleu_params& params = {}) {
-  return detail::sentence_bleu_ids(detail::as_spans(references),
-                                   span<const std::int64_t>(hypothesis.data(), static_cast<index_t>(hypothesis.size())),
-                                   params);
+  return detail::guard_allocation("references", [] { return std::string("counting n-grams"); }, [&] {
+    return detail::sentence_bleu_ids(
+        detail::as_spans(references),
+        span<const std::int64_t>(hypothesis.data(), static_cast<index_t>(hypothesis.size())), params);
+  });
 }
 
 inline double sentence_bleu(const std::vector<std::string>& references, const std::string& hypothesis,
@@ -207,7 +215,8 @@ inline double sentence_bleu(const std::vector<std::string>& references, const st
 
 inline std::vector<double> self_bleu_per_response(const std::vector<token_ids>& responses,
                                                   const bleu_params& params = {}) {
-  return detail::self_bleu_ids(detail::as_spans(responses), params);
+  return detail::guard_allocation("responses", [] { return std::string("counting n-grams"); },
+                                  [&] { return detail::self_bleu_ids(detail::as_spans(responses), params); });
 }
 
 inline std::vector<double> self_bleu_per_response(const std::vector<std::string>& responses,
@@ -253,12 +262,13 @@ inline self_bleu_among_correct_result self_bleu_among_correct(
   }
   self_bleu_among_correct_result out;
   out.per_prompt.assign(prompts.size(), std::numeric_limits<double>::quiet_NaN());
-  RECO_EVAL_PARALLEL_FOR
-  for (std::int64_t ii = 0; ii < static_cast<std::int64_t>(prompts.size()); ++ii) {
+  detail::parallel_for(static_cast<std::int64_t>(prompts.size()), detail::loop_schedule::dynamic, [&](std::int64_t ii) {
     const std::size_t i = static_cast<std::size_t>(ii);
-    if (kept[i].size() < 2) continue;
-    out.per_prompt[i] = detail::mean_of(detail::self_bleu_ids(kept[i], params));
-  }
+    if (kept[i].size() < 2) return;
+    out.per_prompt[i] = detail::guard_allocation(
+        "prompts", [&] { return "scoring prompt " + std::to_string(i); },
+        [&] { return detail::mean_of(detail::self_bleu_ids(kept[i], params)); });
+  });
   double sum = 0.0;
   for (double v : out.per_prompt)
     if (!std::isnan(v)) {

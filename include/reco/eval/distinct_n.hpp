@@ -17,8 +17,11 @@
 // A unit (prompt or response) whose denominator is 0 has no value and is left out of its mean
 // (e.g. a response shorter than n with the ngrams denominator); a prompt none of whose responses
 // has a value is left out of the mean over prompts. If nothing is left the call throws.
+// An n longer than every response of a prompt means 0 n-grams there (any n >= 1 is accepted): no
+// value under the ngrams denominator, 0 under tokens.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -42,13 +45,34 @@ struct distinct_params {
 
 namespace detail {
 
-// One prompt's value, NaN when undefined.
+// One prompt's value, NaN when undefined. Orders are counted only up to the first one whose
+// n-grams are all unique; from there (and past the longest response, where there are none) the
+// counts follow from the lengths, so a huge n (up to INT_MAX) costs no more than a small one.
 inline double distinct_one_prompt(const std::vector<span<const std::int64_t>>& responses, int n,
                                   const distinct_params& p) {
   const double undefined = std::numeric_limits<double>::quiet_NaN();
   if (responses.empty()) return undefined;
-  const auto orders = count_ngrams(responses, n);
-  const ngram_groups& o = orders.back();
+  index_t longest = 0;
+  for (const auto& r : responses) longest = std::max(longest, r.size());
+  std::vector<ngram_groups> orders;
+  if (static_cast<index_t>(n) <= longest) orders = count_ngrams(responses, n, /*stop_when_unique=*/true);
+  ngram_groups derived;
+  const bool from_lengths = orders.size() < static_cast<std::size_t>(n);
+  std::uint64_t distinct = 0;
+  if (from_lengths) {
+    // Past every response, or past the order from which every n-gram is unique: each response
+    // has max(0, length - n + 1) n-grams, all distinct, none shared.
+    derived.total.resize(responses.size());
+    derived.unique.resize(responses.size());
+    for (std::size_t s = 0; s < responses.size(); ++s) {
+      const index_t len = responses[s].size();
+      derived.total[s] = len >= static_cast<index_t>(n) ? static_cast<std::uint64_t>(len - n + 1) : 0;
+      derived.unique[s] = static_cast<std::uint32_t>(derived.total[s]);
+      distinct += derived.total[s];
+    }
+  }
+  const ngram_groups& o = from_lengths ? derived : orders.back();
+  if (!from_lengths) distinct = o.distinct();
   const auto denominator = [&](std::size_t s) -> std::uint64_t {
     return p.denominator == distinct_denominator::ngrams ? o.total[s]
                                                          : static_cast<std::uint64_t>(responses[s].size());
@@ -56,7 +80,7 @@ inline double distinct_one_prompt(const std::vector<span<const std::int64_t>>& r
   if (p.scope == distinct_scope::pooled_per_prompt) {
     std::uint64_t den = 0;
     for (std::size_t s = 0; s < responses.size(); ++s) den += denominator(s);
-    return den == 0 ? undefined : static_cast<double>(o.distinct()) / static_cast<double>(den);
+    return den == 0 ? undefined : static_cast<double>(distinct) / static_cast<double>(den);
   }
   double sum = 0.0;
   std::size_t defined = 0;
@@ -79,9 +103,11 @@ inline double distinct_n_spans(const std::vector<std::vector<span<const std::int
   require(!prompts.empty(), "responses", "at least one prompt is needed");
   for (const auto& r : prompts) require_token_budget(r, "responses");
   std::vector<double> values(prompts.size());
-  RECO_EVAL_PARALLEL_FOR
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(prompts.size()); ++i)
-    values[static_cast<std::size_t>(i)] = distinct_one_prompt(prompts[static_cast<std::size_t>(i)], n, p);
+  parallel_for(static_cast<std::int64_t>(prompts.size()), loop_schedule::dynamic, [&](std::int64_t i) {
+    values[static_cast<std::size_t>(i)] = guard_allocation(
+        "responses", [&] { return "counting the n-grams of order " + std::to_string(n) + " of prompt " + std::to_string(i); },
+        [&] { return distinct_one_prompt(prompts[static_cast<std::size_t>(i)], n, p); });
+  });
   double sum = 0.0;
   std::size_t defined = 0;
   for (double v : values)

@@ -117,14 +117,21 @@ struct ngram_groups {
 };
 
 // Orders 1..max_order of every sequence; result[n - 1] is order n. The caller guarantees
-// max_order >= 1 and fewer than 2^32 - 1 tokens in all (positions and ids are 32-bit).
+// max_order >= 1 and bounded (result holds max_order entries: Distinct-n never asks past the
+// longest sequence, BLEU at most bleu_max_order_limit), and fewer than 2^32 - 1 tokens in all
+// (positions and ids are 32-bit).
 //
 // Every n-gram gets an exact dense id, without hashing: the n-gram at position i is the pair
 // (id of the (n-1)-gram at i, id of the token at i + n - 1), packed into one integer key; a
 // stable radix sort of all keys of an order with their positions puts equal n-grams next to each
 // other, in position (hence sequence) order, and numbering the runs gives the ids of the order.
+//
+// stop_when_unique: stop after the first order whose n-grams all occur once (the result is then
+// shorter than max_order). Every longer n-gram then occurs once too (a repeated n-gram would
+// repeat its prefix), so a caller that needs only a high order can take its counts from the
+// lengths; for natural text this happens after a few orders.
 inline std::vector<ngram_groups> count_ngrams(const std::vector<span<const std::int64_t>>& seqs,
-                                              int max_order) {
+                                              int max_order, bool stop_when_unique = false) {
   const std::size_t num_seqs = seqs.size();
   std::vector<std::uint32_t> start(num_seqs + 1, 0);
   for (std::size_t s = 0; s < num_seqs; ++s) start[s + 1] = start[s] + static_cast<std::uint32_t>(seqs[s].size());
@@ -207,6 +214,10 @@ inline std::vector<ngram_groups> count_ngrams(const std::vector<span<const std::
     if (n == 1) {
       unigram = current;
       unigram_bits = bit_width(previous_distinct > 0 ? previous_distinct - 1 : 0);
+    }
+    if (stop_when_unique && n < max_order && previous_distinct == keys.size()) {
+      orders.resize(static_cast<std::size_t>(n));
+      break;
     }
   }
   return orders;

@@ -22,9 +22,12 @@
 //
 // Summaries: token_mean averages over all response tokens of the batch (token-level mean);
 // response_mean averages each response's token mean over the non-empty responses (sequence-level
-// mean). |KL| uses the k1 estimator per token, |logp - ref_logp|.
+// mean). |KL| uses the k1 estimator per token, |logp - ref_logp|. Both handle any finite
+// input: values large enough to overflow a sum are summed scaled by a power of two; a mean that
+// exceeds the largest double throws (naming entropy / logp).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -85,22 +88,34 @@ inline double token_probability(double value, probability_input input, index_t t
   return std::exp(value);
 }
 
+// Token and response means of per-token values. value_at(t, scale) returns token t's value times
+// `scale`, a power of two, computed without overflow; half_max is the largest value / 2 (which the
+// caller can compute without overflow). While N values cannot overflow a sum, scale is 1 and the
+// sums are plain; otherwise every value is scaled below 2 (exactly: a power of two) and the means
+// are scaled back at the end. A mean beyond the largest double throws naming `name`.
 template <class ValueAt>
-token_mean_summary summarise_tokens(span<const index_t> offsets, ValueAt value_at) {
+token_mean_summary summarise_tokens(span<const index_t> offsets, double half_max, const char* name,
+                                    ValueAt value_at) {
+  const double num_tokens = static_cast<double>(offsets[offsets.size() - 1]);
+  const int exponent =
+      half_max > std::numeric_limits<double>::max() / (4.0 * num_tokens) ? std::ilogb(half_max) + 1 : 0;
+  const double scale = std::ldexp(1.0, -exponent);
   token_mean_summary out;
   double total = 0.0, response_sum = 0.0;
   for (index_t r = 0; r + 1 < offsets.size(); ++r) {
     const index_t b = offsets[r], e = offsets[r + 1];
     if (e == b) continue;
     double s = 0.0;
-    for (index_t t = b; t < e; ++t) s += value_at(t);
+    for (index_t t = b; t < e; ++t) s += value_at(t, scale);
     total += s;
     response_sum += s / static_cast<double>(e - b);
     out.tokens += e - b;
     ++out.responses;
   }
-  out.token_mean = total / static_cast<double>(out.tokens);
-  out.response_mean = response_sum / static_cast<double>(out.responses);
+  out.token_mean = std::ldexp(total / static_cast<double>(out.tokens), exponent);
+  out.response_mean = std::ldexp(response_sum / static_cast<double>(out.responses), exponent);
+  if (!std::isfinite(out.token_mean) || !std::isfinite(out.response_mean))
+    fail(name, "the mean exceeds the largest double");
   return out;
 }
 
@@ -173,7 +188,10 @@ inline token_mean_summary mean_token_entropy(span<const double> entropy, span<co
     if (!(std::isfinite(entropy[t]) && entropy[t] >= 0.0))
       detail::fail("entropy", "token " + std::to_string(t) + ": must be finite and >= 0, got " +
                                   std::to_string(entropy[t]));
-  return detail::summarise_tokens(offsets, [&](index_t t) { return entropy[t]; });
+  double half_max = 0.0;
+  for (double h : entropy) half_max = std::max(half_max, 0.5 * h);
+  return detail::summarise_tokens(offsets, half_max, "entropy",
+                                  [&](index_t t, double scale) { return entropy[t] * scale; });
 }
 
 // Mean |k1| = mean |logp - ref_logp| over response tokens (both finite).
@@ -187,7 +205,13 @@ inline token_mean_summary mean_abs_kl(span<const double> logp, span<const double
     if (!std::isfinite(logp[t])) detail::fail("logp", "token " + std::to_string(t) + ": must be finite");
     if (!std::isfinite(ref_logp[t])) detail::fail("ref_logp", "token " + std::to_string(t) + ": must be finite");
   }
-  return detail::summarise_tokens(offsets, [&](index_t t) { return std::fabs(logp[t] - ref_logp[t]); });
+  // |logp - ref_logp| itself can overflow (opposite signs near the largest double); half of it
+  // cannot.
+  double half_max = 0.0;
+  for (index_t t = 0; t < logp.size(); ++t) half_max = std::max(half_max, std::fabs(0.5 * logp[t] - 0.5 * ref_logp[t]));
+  return detail::summarise_tokens(offsets, half_max, "logp", [&](index_t t, double scale) {
+    return std::fabs(logp[t] * scale - ref_logp[t] * scale);
+  });
 }
 
 }  // namespace eval

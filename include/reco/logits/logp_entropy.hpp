@@ -1,5 +1,5 @@
 // Log-probability of the sampled token and entropy of the sampling distribution, from logits,
-// with the backward into the logits (spec: algorithms.md §9). Host version: any C++17 compiler,
+// with the backward into the logits (definitions: docs/logits.md). Host version: any C++17 compiler,
 // rows in parallel with OpenMP when it is enabled. The CUDA kernels with the same semantics are in
 // reco/logits/logp_entropy.cuh.
 //

@@ -1,5 +1,5 @@
 // reco::torch::token_logp_entropy: log-probability of the sampled token and entropy of the
-// sampling distribution from logits, as one autograd function (spec: algorithms.md §9).
+// sampling distribution from logits, as one autograd function (definitions: docs/logits.md).
 //
 //   auto [logp, entropy] = reco::torch::token_logp_entropy(logits, tokens, /*temperature=*/0.7);
 //   // logits [N, V] or [R, T, V] (float32, float64, bfloat16 or float16), tokens [N] or [R, T]
