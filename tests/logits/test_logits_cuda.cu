@@ -268,6 +268,38 @@ TEST(LogitsCudaRowReplay, AllNegInfRowIsFlagged) {
   EXPECT_EQ(one.sum_p_squared, 1.0f);
 }
 
+// A +inf logit and a largest logit / temperature beyond FLT_MAX: NaN outputs and their own bits
+// (the host version throws "logits" and "temperature" for them).
+TEST(LogitsCudaRowReplay, PositiveInfAndOverflowRowsAreFlagged) {
+  std::vector<float> x(300, 0.5f);
+  x[7] = INFINITY;
+  const auto hot = replay_forward_row<float, 32>(x.data(), 300, 0, 1.0);
+  EXPECT_EQ(hot.error, rl::error_row_pos_inf);
+  EXPECT_FALSE(hot.all_neg_inf);
+  EXPECT_TRUE(std::isnan(hot.logp) && std::isnan(hot.entropy) && std::isnan(hot.lse));
+  x[7] = 1e10f;  // 1e10 / 1e-30 overflows float
+  const auto big = replay_forward_row<float, 32>(x.data(), 300, 0, 1e-30);
+  EXPECT_EQ(big.error, rl::error_row_overflow);
+  EXPECT_TRUE(std::isnan(big.logp) && std::isnan(big.lse));
+  x[7] = 2.0f;  // 2 / 1e-30 fits: a one-hot distribution
+  const auto fine = replay_forward_row<float, 32>(x.data(), 300, 7, 1e-30);
+  EXPECT_EQ(fine.error, 0);
+  EXPECT_EQ(fine.logp, 0.0f);
+  EXPECT_EQ(fine.entropy, 0.0f);
+  try {
+    rl::throw_if_error_flags(rl::error_row_pos_inf);
+    ADD_FAILURE() << "no exception";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "logits");
+  }
+  try {
+    rl::throw_if_error_flags(rl::error_row_overflow);
+    ADD_FAILURE() << "no exception";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "temperature");
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // On the device.
 // ---------------------------------------------------------------------------------------------

@@ -64,12 +64,13 @@ def grpo_loss(b, logp, eps_high=0.2):
     return masked_seq_mean_token_mean(pg, b["maskf"]) + 1e-3 * masked_seq_mean_token_mean(k3(logp, b["ref"]), b["maskf"])
 
 
-def reco_loss(b, logp):
+def reco_loss(b, logp, cap=10.0):
     adv = group_advantages(b["rewards"], b["G"])
     pg = ppo_surrogate(variance_ratio(logp, b["old"]), adv, 0.2, 0.2, 3.0)
     m = b["maskf"]
     mean_old = (b["old"] * m).sum(1) / m.sum(1).clamp(min=1)
-    w = torch.exp(-math.log(b["G"]) - mean_old).clamp(max=10.0).unsqueeze(1)
+    w = torch.exp(-math.log(b["G"]) - mean_old)
+    w = (w.clamp(max=cap) if cap > 0 else w).unsqueeze(1)
     return masked_seq_mean_token_mean(w * pg, m) + 1e-3 * masked_seq_mean_token_mean(k3(logp, b["ref"]), m)
 
 
@@ -195,6 +196,85 @@ class PolicyLoss(unittest.TestCase):
                              group_offsets=b["group_offsets"])
 
 
+class PolicyLossInputs(unittest.TestCase):
+    def call(self, preset, b, dtype=torch.float64, **kw):
+        args = dict(old_logp=b["old"].to(dtype), mask=b["mask"], rewards=b["rewards"].to(dtype),
+                    group_offsets=b["group_offsets"])
+        args.update(kw)
+        logp = b["logp"].to(dtype).detach().clone().requires_grad_(True)
+        loss, stats = reco.policy_loss(preset, logp, **args)
+        return loss, stats, logp
+
+    def test_unread_inputs_are_errors(self):
+        b = make_batch(8)
+        R = b["rewards"].numel()
+        with self.assertRaisesRegex(Exception, "advantages: preset 'dapo' computes advantages from rewards"):
+            self.call("dapo", b, advantages=torch.full((R,), float("nan"), dtype=torch.float64))
+        with self.assertRaisesRegex(Exception, "advantages"):
+            self.call("grpo", b, ref_logp=b["ref"], advantages=torch.ones(R, dtype=torch.float64))
+        with self.assertRaisesRegex(Exception, "response_weights"):
+            self.call("dapo", b, response_weights=torch.full((R,), float("nan"), dtype=torch.float64))
+        with self.assertRaisesRegex(Exception, "response_weights"):
+            self.call("reco", b, ref_logp=b["ref"], response_weights=torch.ones(R, dtype=torch.float64))
+
+    def test_entropy_is_diagnostics_only_and_checked(self):
+        b = make_batch(9)
+        m = b["maskf"]
+        entropy = torch.rand(b["logp"].shape, dtype=torch.float64) * 3
+        loss, stats, _ = self.call("dapo", b, entropy=entropy)
+        s = dict(zip(reco.stat_names(), stats.tolist()))
+        self.assertAlmostEqual(s["entropy_mean"], ((entropy * m).sum() / m.sum()).item(), places=12)
+        plain, _, _ = self.call("dapo", b)
+        self.assertEqual(loss.item(), plain.item())  # no entropy term: the loss does not change
+        valid = b["mask"].nonzero()[0].tolist()
+        masked = (~b["mask"]).nonzero()[0].tolist()
+        bad = entropy.clone()
+        bad[valid[0], valid[1]] = float("nan")
+        with self.assertRaisesRegex(Exception, "entropy"):
+            self.call("dapo", b, entropy=bad)
+        bad = entropy.clone()
+        bad[valid[0], valid[1]] = float("inf")
+        with self.assertRaisesRegex(Exception, "entropy"):
+            self.call("grpo", b, ref_logp=b["ref"], entropy=bad)
+        bad = entropy.clone()
+        bad[masked[0], masked[1]] = float("nan")  # a masked token is never read
+        self.call("dapo", b, entropy=bad)
+        ref = b["ref"].clone()
+        ref[valid[0], valid[1]] = float("nan")
+        with self.assertRaisesRegex(Exception, "ref_logp"):
+            self.call("dapo", b, ref_logp=ref)
+
+    def test_sparse_inputs(self):
+        b = make_batch(10)
+        with self.assertRaisesRegex(Exception, "logp: must be a dense"):
+            reco.policy_loss("dapo", b["logp"].to_sparse(), mask=b["mask"], rewards=b["rewards"],
+                             group_offsets=b["group_offsets"])
+        with self.assertRaisesRegex(Exception, "rewards: must be a dense"):
+            self.call("dapo", b, rewards=b["rewards"].to_sparse())
+        with self.assertRaisesRegex(Exception, "old_logp: must be a dense"):
+            self.call("dapo", b, old_logp=b["old"].to_sparse())
+        with self.assertRaisesRegex(Exception, "mask: must be a dense"):
+            self.call("dapo", b, mask=b["mask"].to_sparse())
+        with self.assertRaisesRegex(Exception, "logits: must be a dense"):
+            reco.token_logp_entropy(torch.randn(4, 10).to_sparse(), torch.zeros(4, dtype=torch.int64))
+
+    def test_weight_cap_off_far_off_policy(self):
+        b = make_batch(11)
+        rows = [i for i in range(b["G"], b["rewards"].numel()) if b["mask"][i].any()]
+        groups = b["rewards"].view(-1, b["G"])
+        far = next(i for i in rows if groups[i // b["G"]].max() != groups[i // b["G"]].min())
+        b["old"][far] = -100.0
+        for cap in (0.0, float("inf")):
+            with self.assertRaisesRegex(Exception, "logp: the loss .* overflows float32"):
+                self.call("reco", b, torch.float32, ref_logp=b["ref"].float(), overrides={"weight.cap": cap})
+            loss, _, logp = self.call("reco", b, ref_logp=b["ref"], overrides={"weight.cap": cap})
+            loss.backward()
+            want, want_grad = run_formula(reco_loss, b, cap=0.0)
+            self.assertTrue(math.isfinite(want.item()) and abs(want.item()) > 1e38)
+            self.assertLessEqual(abs(loss.item() - want.item()), 1e-10 * abs(want.item()))
+            self.assertLessEqual((logp.grad - want_grad).abs().max().item(), 1e-10 * want_grad.abs().max().item())
+
+
 class TokenLogpEntropy(unittest.TestCase):
     @staticmethod
     def eager(logits, tokens, temperature):
@@ -237,6 +317,39 @@ class TokenLogpEntropy(unittest.TestCase):
         self.assertLessEqual((entropy.double() - re).abs().max().item(), 1e-4)
         logp.sum().backward()
         self.assertEqual(logits.grad.dtype, torch.bfloat16)
+
+    def test_positive_inf_and_tiny_temperature(self):
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(3, 10, dtype=dtype)
+            x[1, 3] = math.inf
+            with self.assertRaisesRegex(Exception, "logits: row 1: a logit is \\+inf"):
+                reco.token_logp_entropy(x.requires_grad_(True), torch.zeros(3, dtype=torch.int64))
+        with self.assertRaisesRegex(Exception, "temperature: .*float32"):
+            reco.token_logp_entropy(torch.randn(3, 10), torch.zeros(3, dtype=torch.int64), 1e-300)
+        with self.assertRaisesRegex(Exception, "temperature"):
+            reco.token_logp_entropy(torch.randn(3, 10) * 100, torch.zeros(3, dtype=torch.int64), 1e-37)
+        x = torch.randn(3, 10, dtype=torch.float64)
+        tokens = torch.randint(0, 10, (3,))
+        logp, entropy = reco.token_logp_entropy(x, tokens, 1e-300)
+        rl, re = self.eager(x, tokens, 1e-300)
+        self.assertLessEqual((logp - rl).abs().max().item(), 1e-12 * rl.abs().max().item())
+        self.assertLessEqual((entropy - re).abs().max().item(), 1e-12)
+
+    def test_sequence_first_logits_backward(self):
+        # [T, R, V].transpose(0, 1): the gradient is one tensor of the logits' size.
+        T, R, V = 5, 32, 40
+        g = torch.Generator().manual_seed(3)
+        base = torch.randn(T, R, V, generator=g, dtype=torch.float64)
+        tokens = torch.randint(0, V, (R, T), generator=g)
+        gl, gh = torch.randn(R, T, generator=g, dtype=torch.float64), torch.randn(R, T, generator=g, dtype=torch.float64)
+        x = base.transpose(0, 1).detach().requires_grad_(True)
+        logp, entropy = reco.token_logp_entropy(x, tokens, 0.9)
+        grad, = torch.autograd.grad((logp * gl + entropy * gh).sum(), x)
+        self.assertEqual(grad.storage().nbytes(), grad.numel() * grad.element_size())
+        xr = base.transpose(0, 1).detach().requires_grad_(True)
+        rl, re = self.eager(xr, tokens, 0.9)
+        (rl * gl + re * gh).sum().backward()
+        self.assertLessEqual((grad - xr.grad).abs().max().item(), 1e-12)
 
     def test_errors(self):
         with self.assertRaisesRegex(Exception, "tokens"):

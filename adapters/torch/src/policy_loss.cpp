@@ -2,7 +2,10 @@
 // name.
 #include "reco/torch/policy_loss.hpp"
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +37,15 @@ bool floating(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }
 
+// Sparse (or other non-strided) tensors have no element pointer to hand to the objective.
+void check_dense(const at::Tensor& x, const char* name) {
+  if (x.layout() != at::kStrided) {
+    std::ostringstream s;
+    s << x.layout();
+    fail(name, "must be a dense (strided) tensor, got layout " + s.str());
+  }
+}
+
 void check_device(const at::Tensor& x, const char* name, const at::Device& device) {
   if (x.device() != device)
     fail(name, "is on " + x.device().str() + " but logp is on " + device.str() + " (all inputs must be on one device)");
@@ -47,6 +59,7 @@ void check_floating(const at::Tensor& x, const char* name) {
 // A per-token input: same shape and device as logp, converted to the compute type, contiguous.
 at::Tensor token_input(const at::Tensor& x, const char* name, const at::Tensor& logp, at::ScalarType ct) {
   if (!x.defined()) return {};
+  check_dense(x, name);
   check_floating(x, name);
   check_device(x, name, logp.device());
   if (x.sizes() != logp.sizes()) fail(name, "has shape " + shape_of(x) + ", expected the shape of logp " + shape_of(logp));
@@ -57,6 +70,7 @@ at::Tensor token_input(const at::Tensor& x, const char* name, const at::Tensor& 
 at::Tensor response_input(const at::Tensor& x, const char* name, index_t R, const at::Device& device,
                           at::ScalarType ct) {
   if (!x.defined()) return {};
+  check_dense(x, name);
   check_floating(x, name);
   check_device(x, name, device);
   if (x.dim() != 1 || x.size(0) != R)
@@ -66,11 +80,73 @@ at::Tensor response_input(const at::Tensor& x, const char* name, index_t R, cons
 
 // Offsets: 1-D int64 (int32 is widened), at least one entry.
 at::Tensor offsets_input(const at::Tensor& x, const char* name, const at::Device& device) {
+  check_dense(x, name);
   if (x.scalar_type() != at::kLong && x.scalar_type() != at::kInt)
     fail(name, "must be int64 (or int32), got " + dtype_of(x));
   check_device(x, name, device);
   if (x.dim() != 1 || x.numel() < 1) fail(name, "must be 1-D with at least one entry ({0}), got shape " + shape_of(x));
   return x.to(at::kLong).contiguous();
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// "[r, t]" for a padded [R, T] input, "[i]" for a packed one.
+std::string position(index_t flat, const at::Tensor& like) {
+  if (like.dim() == 2 && like.size(1) > 0)
+    return "[" + std::to_string(flat / like.size(1)) + ", " + std::to_string(flat % like.size(1)) + "]";
+  return "[" + std::to_string(flat) + "]";
+}
+
+// The values of an input the objective accepts without using them in the loss (entropy feeds only
+// the entropy diagnostics of an objective without an entropy term, selector or entropy clip;
+// ref_logp of an objective without a KL term is not read): the core does not check them, so NaN
+// or inf in a valid token is found here rather than ignored.
+struct unread_values {
+  at::Tensor bad;  // [N] bool: non-finite in a valid token
+  const char* name = nullptr;
+  std::string why;
+  std::uint32_t status_bit = 0;  // the core's bit for this input, for stats_tensor's status word
+};
+
+unread_values unread_check(const at::Tensor& x, const at::Tensor& mask, const char* name, std::string why,
+                           std::uint32_t bit) {
+  unread_values u;
+  u.bad = at::isfinite(x).logical_not().reshape({-1});
+  if (mask.defined()) u.bad.logical_and_(mask.reshape({-1}).to(at::kBool));
+  u.name = name;
+  u.why = std::move(why);
+  u.status_bit = bit;
+  return u;
+}
+
+// Throws for the first bad value (reads the flags on the host: a synchronisation on CUDA).
+void report(const unread_values& u, const at::Tensor& logp) {
+  if (!u.bad.any().item<bool>()) return;
+  const index_t first = u.bad.nonzero().select(1, 0)[0].item<index_t>();
+  fail(u.name, "NaN or infinite value in a valid token at " + position(first, logp) + "; " + u.why);
+}
+
+// The loss and d loss / d logp in the compute type: a double loss that the compute type cannot
+// hold (float32 for float32/bfloat16/float16 logp), or a gradient that overflowed in it, is an
+// error instead of an inf that would end the training run, or LibTorch's conversion message.
+void check_representable(const objective_result& r, at::ScalarType ct, const at::Tensor& grad_logp,
+                         const at::Tensor& logp) {
+  const bool single = ct == at::kFloat;
+  const char* type = single ? "float32" : "float64";
+  const std::string advice = std::string("; the compute type follows logp (") + c10::toString(logp.scalar_type()) +
+                             "): use float64 log-probabilities, or keep the response weights bounded (weight.cap)";
+  if (!std::isfinite(r.loss) || (single && std::fabs(r.loss) > FLT_MAX))
+    fail("logp", "the loss " + number(r.loss) + " overflows " + type + advice);
+  // One reduction on the fast path; the exact search only when the sum is not finite.
+  if (grad_logp.numel() == 0 || std::isfinite(grad_logp.sum().item<double>())) return;
+  const at::Tensor bad = at::isfinite(grad_logp).logical_not();
+  if (!bad.any().item<bool>()) return;  // finite entries whose sum overflowed
+  const index_t first = bad.nonzero().select(1, 0)[0].item<index_t>();
+  fail("logp", "d loss / d logp overflows " + std::string(type) + " at " + position(first, logp) + advice);
 }
 
 template <class T>
@@ -91,6 +167,8 @@ struct prepared_call {
   std::vector<at::Tensor> keep;
   at::Tensor grad_logp;     // [N] compute type
   at::Tensor grad_entropy;  // [N] compute type, when an entropy term is on
+  std::vector<unread_values> unread;  // CUDA: checked after the run (CPU: before it)
+  at::Tensor logp;                    // the caller's, for positions and dtype in messages
   // Outputs.
   at::Tensor stats;
   objective_result result;
@@ -100,6 +178,7 @@ struct prepared_call {
 at::Tensor execute(prepared_call& c) {
   if (!c.cuda) {
     (*c.run)(c.request, c.result);
+    check_representable(c.result, c.compute, c.grad_logp, c.logp);
     c.stats = at::empty({stats_size}, at::TensorOptions().dtype(at::kDouble));
     pack_stats(c.result, c.stats.data_ptr<double>());
     return at::scalar_tensor(c.result.loss, at::TensorOptions().dtype(c.compute));
@@ -112,6 +191,17 @@ at::Tensor execute(prepared_call& c) {
     const at::Tensor host = c.stats.to(at::kCPU);
     c.result = unpack_stats(host.data_ptr<double>());
     throw_if_error(c.result.status);
+    for (const unread_values& u : c.unread) report(u, c.logp);
+    check_representable(c.result, c.compute, c.grad_logp, c.logp);
+  } else {
+    // No synchronisation: bad values of an unread input set the core's bit for that input in the
+    // status word (the last entry), as a bad value of a read input would.
+    at::Tensor status = c.stats.select(0, stats_size - 1);
+    for (const unread_values& u : c.unread) {
+      const double bit = static_cast<double>(u.status_bit);
+      const at::Tensor unset = at::fmod(at::floor(status / bit), 2.0).eq(0.0);
+      status.add_(at::logical_and(u.bad.any(), unset).to(at::kDouble) * bit);
+    }
   }
   return loss;
 }
@@ -154,8 +244,9 @@ class policy_loss_function : public ::torch::autograd::Function<policy_loss_func
 namespace detail {
 
 policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& needs, const runner& cpu,
-                               const runner& cuda) {
+                               const runner& cuda, const std::string& who) {
   if (!in.logp.defined()) fail("logp", "is required");
+  check_dense(in.logp, "logp");
   check_floating(in.logp, "logp");
   const at::Tensor& logp = in.logp;
   const at::Device device = logp.device();
@@ -194,6 +285,15 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
     fail("entropy", "is required by this objective (token selector, entropy-split clip or entropy bonus)");
   if (needs.response_weights && !in.response_weights.defined())
     fail("response_weights", "is required by reco::caller_weight");
+  // Inputs the objective never reads are errors: their values would be silently ignored.
+  if (in.advantages.defined() && !needs.advantages)
+    fail("advantages", who + " computes advantages from rewards; it does not read this input");
+  if (in.rewards.defined() && !needs.rewards)
+    fail("rewards", who + " takes its advantages from the advantages input (reco::given_advantage); it does not "
+                          "read this input");
+  if (in.response_weights.defined() && !needs.response_weights)
+    fail("response_weights", who + " does not weight responses by a given weight (only reco::caller_weight "
+                                   "does); it does not read this input");
 
   // Per-token and per-response values in the compute type.
   const at::Tensor lp = logp.detach().to(ct).contiguous();
@@ -207,6 +307,7 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 
   at::Tensor mask;
   if (in.mask.defined()) {
+    check_dense(in.mask, "mask");
     if (in.mask.scalar_type() != at::kBool && in.mask.scalar_type() != at::kByte)
       fail("mask", "must be bool or uint8, got " + dtype_of(in.mask));
     check_device(in.mask, "mask", device);
@@ -223,6 +324,7 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
     groups = offsets_input(in.group_offsets, "group_offsets", device);
   } else if (in.prompt_ids.defined()) {
     const at::Tensor& ids = in.prompt_ids;
+    check_dense(ids, "prompt_ids");
     if (!at::isIntegralType(ids.scalar_type(), /*includeBool=*/false))
       fail("prompt_ids", "must be an integer tensor, got " + dtype_of(ids));
     check_device(ids, "prompt_ids", device);
@@ -235,6 +337,20 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
     groups = at::tensor(go, at::TensorOptions().dtype(at::kLong)).to(device);
   } else {
     fail("group_offsets", "is required (or give prompt_ids): advantages and response weights are per prompt group");
+  }
+
+  // Accepted inputs that the objective does not check (see unread_values).
+  c.logp = logp;
+  if (ent.defined() && !needs.entropy)
+    c.unread.push_back(unread_check(ent, mask, "entropy",
+                                    who + " uses entropy only for the entropy_mean / entropy_kept_mean diagnostics",
+                                    reco::bad_entropy));
+  if (ref_lp.defined() && !needs.ref_logp)
+    c.unread.push_back(unread_check(ref_lp, mask, "ref_logp", who + " has no KL term and does not use ref_logp",
+                                    reco::bad_ref_logp));
+  if (!c.cuda) {
+    for (const unread_values& u : c.unread) report(u, logp);
+    c.unread.clear();
   }
 
   // Gradients: every token is written by the objective (0 for invalid ones).
@@ -318,7 +434,7 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
 #if RECO_TORCH_WITH_CUDA
   cuda = [&](const detail::run_request& q, objective_result&) { detail::run_preset_cuda(preset, overrides, q); };
 #endif
-  return detail::policy_loss_impl(in, needs, cpu, cuda);
+  return detail::policy_loss_impl(in, needs, cpu, cuda, "preset '" + preset + "'");
 }
 
 }  // namespace reco::torch

@@ -28,6 +28,15 @@ std::string shape_of(at::IntArrayRef s) {
   return o.str();
 }
 
+// Sparse (or other non-strided) tensors have no element pointer to hand to the kernels.
+void check_dense(const at::Tensor& x, const char* name) {
+  if (x.layout() != at::kStrided) {
+    std::ostringstream o;
+    o << x.layout();
+    fail(name, "must be a dense (strided) tensor, got layout " + o.str());
+  }
+}
+
 detail::logit_type logit_type_of(const at::Tensor& logits) {
   switch (logits.scalar_type()) {
     case at::kFloat: return detail::logit_type::f32;
@@ -50,6 +59,37 @@ struct row_blocks {
 
   index_t rows() const { return count * rows_per_block; }
 };
+
+// Where the backward writes d loss / d logits: rows with the logits' row stride (the kernels use
+// one stride for both), blocks block_stride apart, in a buffer of `elements`.
+struct gradient_layout {
+  index_t block_stride = 0, elements = 0;
+  std::vector<int64_t> strides;  // of the [N, V] or [R, T, V] view into the buffer
+};
+
+// The smallest buffer with the logits' row stride: blocks interleaved (block k's rows start k·V
+// after the first block's, as in the dense [T, R, V].transpose(0, 1) layout) when one row stride
+// leaves room for every block's row, else packed one after another. For logits without gaps
+// (contiguous, [T, R, V].transpose(0, 1), logits[:, :-1, :]) this is exactly numel elements; with
+// gaps inside the rows' stride (a slice of the vocabulary, every other row) at most rows × stride.
+gradient_layout gradient_layout_of(const at::Tensor& logits, const row_blocks& b) {
+  gradient_layout g;
+  const index_t V = b.vocab, rs = b.row_stride, rows = b.rows_per_block;
+  if (b.count > 1 && rs >= b.count * V) {
+    g.block_stride = V;
+    g.elements = (rows - 1) * rs + b.count * V;
+  } else {
+    g.block_stride = rows * rs;
+    g.elements = b.count * rows * rs;
+  }
+  if (logits.dim() == 2) {
+    g.strides = {rs, 1};
+  } else {
+    const index_t T = logits.size(1);
+    g.strides = {b.count > 1 ? g.block_stride : T * rs, rs, 1};
+  }
+  return g;
+}
 
 row_blocks blocks_of(const at::Tensor& logits) {
   if (logits.dim() != 2 && logits.dim() != 3)
@@ -102,14 +142,15 @@ P* shift(P* p, index_t elements, std::size_t size) {
 }
 
 // The call for block k: every pointer advanced to the block's first row.
-detail::logits_call block_call(const detail::logits_call& all, const row_blocks& b, index_t k) {
+detail::logits_call block_call(const detail::logits_call& all, const row_blocks& b, index_t dlogits_block_stride,
+                               index_t k) {
   detail::logits_call c = all;
   const std::size_t logit_size = all.type == detail::logit_type::f64 ? 8 : (all.type == detail::logit_type::f32 ? 4 : 2);
   const std::size_t acc_size = all.type == detail::logit_type::f64 ? 8 : 4;
   const index_t first = k * b.rows_per_block;
   c.rows = b.rows_per_block;
   c.logits = shift(all.logits, k * b.block_stride, logit_size);
-  c.dlogits = shift(all.dlogits, first * b.row_stride, logit_size);  // dlogits blocks are packed
+  c.dlogits = shift(all.dlogits, k * dlogits_block_stride, logit_size);
   c.tokens = all.tokens ? all.tokens + first : nullptr;
   c.row_mask = all.row_mask ? all.row_mask + first : nullptr;
   c.logp = shift(all.logp, first, acc_size);
@@ -144,19 +185,19 @@ void backward_cpu(const detail::logits_call& c) {
 
 // Runs `cpu` or `cuda` on every block (CUDA: on PyTorch's current stream of the logits' device).
 template <class Cpu, class Cuda>
-void for_each_block(const at::Tensor& logits, detail::logits_call all, const row_blocks& b, Cpu&& cpu,
-                    Cuda&& cuda) {
+void for_each_block(const at::Tensor& logits, detail::logits_call all, const row_blocks& b,
+                    index_t dlogits_block_stride, Cpu&& cpu, Cuda&& cuda) {
   if (logits.is_cuda()) {
 #if RECO_TORCH_WITH_CUDA
     const c10::cuda::CUDAGuard guard(logits.device());
     all.stream = c10::cuda::getCurrentCUDAStream(logits.device().index()).stream();
-    for (index_t k = 0; k < b.count; ++k) cuda(block_call(all, b, k));
+    for (index_t k = 0; k < b.count; ++k) cuda(block_call(all, b, dlogits_block_stride, k));
 #else
     (void)cuda;
     fail("logits", "is a CUDA tensor, but reco_torch was built without CUDA");
 #endif
   } else {
-    for (index_t k = 0; k < b.count; ++k) cpu(block_call(all, b, k));
+    for (index_t k = 0; k < b.count; ++k) cpu(block_call(all, b, dlogits_block_stride, k));
   }
 }
 
@@ -194,7 +235,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       at::Tensor flags;
       void* stream = nullptr;
       if (logits.is_cuda()) flags = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(logits.device()));
-      for_each_block(logits, c, b, forward_cpu, [&](const detail::logits_call& k) {
+      for_each_block(logits, c, b, 0, forward_cpu, [&](const detail::logits_call& k) {
         stream = k.stream;
         detail::logits_forward_cuda(k, flags.data_ptr<int>());
       });
@@ -204,7 +245,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       if (flags.defined() && !detail::stream_is_capturing(stream))
         reco::logits::throw_if_error_flags(flags.item<int>());
 #else
-      for_each_block(logits, c, b, forward_cpu, [](const detail::logits_call&) {});
+      for_each_block(logits, c, b, 0, forward_cpu, [](const detail::logits_call&) {});
 #endif
     }
     ctx->save_for_backward({logits});
@@ -238,8 +279,9 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       out.insert(out.end(), none.begin(), none.end());
       return out;
     }
-    // dlogits has the logits' row stride inside each block; blocks are packed one after another.
-    const at::Tensor buffer = at::empty({b.count, b.rows_per_block, b.row_stride}, logits.options());
+    // One tensor of the logits' shape (for logits without gaps): see gradient_layout_of.
+    const gradient_layout gl = gradient_layout_of(logits, b);
+    const at::Tensor dlogits = at::empty({gl.elements}, logits.options()).as_strided(logits.sizes(), gl.strides);
     const index_t N = b.rows();
     if (N > 0) {
       const at::Tensor tokens = ctx->saved_data["tokens"].toTensor();
@@ -253,14 +295,15 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       c.grad_entropy = g_entropy.defined() ? g_entropy.data_ptr() : nullptr;
       c.saved_lse = lse.data_ptr();
       c.saved_entropy = entropy.data_ptr();
-      c.dlogits = buffer.data_ptr();
+      c.dlogits = dlogits.data_ptr();
 #if RECO_TORCH_WITH_CUDA
-      for_each_block(logits, c, b, backward_cpu, [](const detail::logits_call& k) { detail::logits_backward_cuda(k); });
+      for_each_block(logits, c, b, gl.block_stride, backward_cpu,
+                     [](const detail::logits_call& k) { detail::logits_backward_cuda(k); });
 #else
-      for_each_block(logits, c, b, backward_cpu, [](const detail::logits_call&) {});
+      for_each_block(logits, c, b, gl.block_stride, backward_cpu, [](const detail::logits_call&) {});
 #endif
     }
-    std::vector<at::Tensor> out{buffer.narrow(2, 0, b.vocab).view(logits.sizes())};
+    std::vector<at::Tensor> out{dlogits};
     out.insert(out.end(), none.begin(), none.end());
     return out;
   }
@@ -271,6 +314,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
 std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, const at::Tensor& tokens,
                                                       double temperature, const at::Tensor& row_mask) {
   if (!logits.defined()) fail("logits", "is required");
+  check_dense(logits, "logits");
   logit_type_of(logits);  // dtype and layout are checked before anything else
   blocks_of(logits);
   if (!logits.device().is_cpu() && !logits.device().is_cuda())
@@ -280,6 +324,7 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, 
   const at::IntArrayRef row_shape = logits.sizes().slice(0, logits.dim() - 1);
 
   if (!tokens.defined()) fail("tokens", "is required");
+  check_dense(tokens, "tokens");
   if (tokens.scalar_type() != at::kLong && tokens.scalar_type() != at::kInt)
     fail("tokens", std::string("must be int64 (or int32), got ") + c10::toString(tokens.scalar_type()));
   if (tokens.device() != logits.device())
@@ -290,6 +335,7 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, 
 
   c10::optional<at::Tensor> mask;
   if (row_mask.defined()) {
+    check_dense(row_mask, "row_mask");
     if (row_mask.scalar_type() != at::kBool && row_mask.scalar_type() != at::kByte)
       fail("row_mask", std::string("must be bool or uint8, got ") + c10::toString(row_mask.scalar_type()));
     if (row_mask.device() != logits.device())

@@ -19,8 +19,9 @@
 // Errors. Sizes, the temperature and missing pointers are checked on the host (reco::error, as
 // on the CPU). What lives in device memory cannot be checked without a synchronisation, so the
 // kernels mark it instead: an out-of-range token of an unmasked row makes that row's logp (and
-// its dlogits row) NaN, an unmasked row of all -inf logits makes its outputs NaN, and either sets
-// a bit in *error_flags when that device int is given (reco::logits::error_flag). Copy it to the
+// its dlogits row) NaN, an unmasked row of all -inf logits, with a +inf logit or whose largest
+// logit / temperature overflows makes its outputs NaN, and each sets a bit in *error_flags when
+// that device int is given (reco::logits::error_flag). Copy it to the
 // host whenever convenient and pass it to throw_if_error_flags().
 #pragma once
 
@@ -72,6 +73,8 @@ struct device_floor<double> {
 // std::numeric_limits is host-only in device code without --expt-relaxed-constexpr.
 RECO_HOST_DEVICE inline float lowest_value(float) { return -FLT_MAX; }
 RECO_HOST_DEVICE inline double lowest_value(double) { return -DBL_MAX; }
+RECO_HOST_DEVICE inline float highest_value(float) { return FLT_MAX; }
+RECO_HOST_DEVICE inline double highest_value(double) { return DBL_MAX; }
 RECO_HOST_DEVICE inline float nan_value(float) {
 #if RECO_IN_DEVICE_CODE
   return __int_as_float(0x7fc00000);
@@ -280,17 +283,23 @@ template <class A>
 struct row_outputs {
   A logp, entropy, lse, sum_p_squared;
   bool all_neg_inf;
+  int error;  // 0, or the error_flag of a row without a distribution (its outputs are NaN)
 };
 
 // The row's outputs from its merged sums and the token's logit.
 template <class A>
 RECO_HOST_DEVICE row_outputs<A> finish_row(const online_sums<A>& total, A x_y, bool token_ok, A inv_tau) {
   const A nan = nan_value(A{});
-  if (total.s == A(0)) return {nan, nan, nan, nan, true};  // every logit -inf
+  // The maximum of a row with a +inf logit is +inf (NaN logits never become the maximum).
+  if (total.m > highest_value(A{})) return {nan, nan, nan, nan, false, error_row_pos_inf};
+  if (total.s == A(0)) return {nan, nan, nan, nan, true, error_row_all_neg_inf};  // every logit -inf
   const A log_s = log_of(total.s);
   const A h = log_s - A(detail::ln_2) * total.u / total.s;
-  return {token_ok ? (x_y - total.m) * inv_tau - log_s : nan, h < A(0) ? A(0) : h, total.m * inv_tau + log_s,
-          total.w / (total.s * total.s), false};
+  const A lse = total.m * inv_tau + log_s;
+  if (lse > highest_value(A{}) || lse < lowest_value(A{}))  // finite logits, z = x / τ out of range
+    return {nan, nan, nan, nan, false, error_row_overflow};
+  return {token_ok ? (x_y - total.m) * inv_tau - log_s : nan, h < A(0) ? A(0) : h, lse,
+          total.w / (total.s * total.s), false, 0};
 }
 
 // dlogits_j = p_j (c0 + c1 t_j) + [j = y] g/τ with t_j = log2 p_j (see the host version).
@@ -438,7 +447,7 @@ __global__ void __launch_bounds__(block) forward_kernel(forward_params<T> p) {
       const bool token_ok = !p.logp || (y >= 0 && y < p.vocab);
       const row_outputs<A> out = finish_row(total, x_y, token_ok, p.inv_tau);
       if (p.error_flags && !token_ok) atomicOr(p.error_flags, error_token_out_of_range);
-      if (p.error_flags && out.all_neg_inf) atomicOr(p.error_flags, error_row_all_neg_inf);
+      if (p.error_flags && out.error) atomicOr(p.error_flags, out.error);
       if (p.logp) p.logp[row] = out.logp;
       if (p.entropy) p.entropy[row] = out.entropy;
       if (p.lse) p.lse[row] = out.lse;
@@ -548,6 +557,7 @@ void forward_cuda(const T* logits, index_t rows, index_t vocab, index_t row_stri
   static_assert(is_logit_type_v<T>, "reco::logits: logits must be float, double, reco::bf16_t or reco::f16_t");
   using A = accum_t<T>;
   detail::check_problem(logits != nullptr, rows, vocab, row_stride, temperature);
+  detail::check_temperature_range<A>(temperature);
   cuda_detail::check_vocab_fits(vocab);
   ::reco::detail::require(logp == nullptr || tokens != nullptr || rows == 0, "tokens", "is null but logp is requested");
   if (rows == 0) return;
@@ -568,6 +578,7 @@ void backward_cuda(const T* logits, index_t rows, index_t vocab, index_t row_str
   using A = accum_t<T>;
   using ::reco::detail::require;
   detail::check_problem(logits != nullptr, rows, vocab, row_stride, temperature);
+  detail::check_temperature_range<A>(temperature);
   cuda_detail::check_vocab_fits(vocab);
   require(dlogits != nullptr || rows == 0, "dlogits", "is null");
   require(lse != nullptr || rows == 0, "lse", "is null (pass the lse saved by forward)");

@@ -36,11 +36,13 @@
 //   grad_logp, grad_entropy   nullable: null means zero upstream gradient.
 //   dlogits      either exactly logits (in place: each row is read before it is overwritten) or
 //                a buffer that does not overlap it.
-// Errors (reco::error, naming the argument): bad sizes or temperature; a token outside
-// [0, vocab) in an unmasked row ("tokens", thrown before anything is written); an unmasked row
-// whose logits are all -inf ("logits": its outputs are NaN, the others are complete, then it
-// throws). Logits must be finite or -inf; -inf means probability 0 and contributes exactly 0 to
-// the entropy and the gradients. NaN logits give NaN outputs for their row.
+// Errors (reco::error, naming the argument): bad sizes or temperature, including a temperature
+// so small that 1/τ overflows the accumulation type ("temperature"); a token outside [0, vocab)
+// in an unmasked row ("tokens", thrown before anything is written); an unmasked row with a +inf
+// logit or whose logits are all -inf ("logits"), or whose largest logit / τ overflows
+// ("temperature"): such a row's outputs are NaN, the others are complete, then it throws.
+// Logits must be finite or -inf; -inf means probability 0 and contributes exactly 0 to the
+// entropy and the gradients. NaN logits give NaN outputs for their row.
 //
 // Numerics. The forward reads each row once: it keeps the running maximum m, s = Σ e^{z-m} and
 // u = Σ e^{z-m}(z-m) (and Σ e^{2(z-m)} for sum_p_squared), rescaling them when m grows, and ends
@@ -53,6 +55,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -95,14 +98,22 @@ inline constexpr bool is_logit_type_v = std::is_same_v<T, float> || std::is_same
 enum error_flag : int {
   error_token_out_of_range = 1,  // an unmasked row's token is outside [0, vocab)
   error_row_all_neg_inf = 2,     // an unmasked row's logits are all -inf
+  error_row_pos_inf = 4,         // an unmasked row has a +inf logit
+  error_row_overflow = 8,        // an unmasked row's largest logit / temperature overflows
 };
 
 // Turns a device error word, once copied to the host, into the exception the host path throws.
 inline void throw_if_error_flags(int flags) {
   if (flags & error_token_out_of_range)
     ::reco::detail::fail("tokens", "a token id of an unmasked row is outside [0, vocab)");
+  if (flags & error_row_pos_inf)
+    ::reco::detail::fail("logits", "an unmasked row has a +inf logit (the distribution is undefined)");
   if (flags & error_row_all_neg_inf)
     ::reco::detail::fail("logits", "an unmasked row has every logit -inf (the distribution is undefined)");
+  if (flags & error_row_overflow)
+    ::reco::detail::fail("temperature",
+                         "logits / temperature overflow the accumulation type in an unmasked row (the "
+                         "temperature is too small for the size of the logits)");
 }
 
 namespace detail {
@@ -319,6 +330,19 @@ inline void check_problem(bool have_logits, index_t rows, index_t vocab, index_t
           "must be finite and > 0, got " + std::to_string(temperature));
 }
 
+// 1/τ and log2(e)/τ must be finite in the accumulation type A, or every scaled logit overflows
+// (a float32 temperature of 1e-300 would otherwise look like a row of -inf logits).
+template <class A>
+inline void check_temperature_range(double temperature) {
+  const double smallest = log2_e / static_cast<double>(std::numeric_limits<A>::max());
+  if (temperature < smallest) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%.3g is too small: logits / temperature overflow %s (the smallest usable value is %.3g)",
+                  temperature, sizeof(A) == 4 ? "float32" : "float64", smallest);
+    ::reco::detail::fail("temperature", buf);
+  }
+}
+
 inline void check_tokens(const std::int64_t* tokens, index_t rows, index_t vocab, const std::uint8_t* row_mask) {
   for (index_t r = 0; r < rows; ++r) {
     if (row_mask && !row_mask[r]) continue;
@@ -340,6 +364,7 @@ void forward(const T* logits, index_t rows, index_t vocab, index_t row_stride, c
   static_assert(is_logit_type_v<T>, "reco::logits: logits must be float, double, reco::bf16_t or reco::f16_t");
   using A = accum_t<T>;
   detail::check_problem(logits != nullptr, rows, vocab, row_stride, temperature);
+  detail::check_temperature_range<A>(temperature);
   ::reco::detail::require(logp == nullptr || tokens != nullptr || rows == 0, "tokens",
                           "is null but logp is requested");
   if (logp) detail::check_tokens(tokens, rows, vocab, row_mask);
@@ -348,10 +373,14 @@ void forward(const T* logits, index_t rows, index_t vocab, index_t row_stride, c
   const A k = static_cast<A>(detail::log2_e / temperature);
   const A ln2 = static_cast<A>(detail::ln_2);
   const A nan = std::numeric_limits<A>::quiet_NaN();
-  index_t first_bad_row = rows;
+  const A inf = std::numeric_limits<A>::infinity();
+  // The first unmasked row with a +inf logit, with every logit -inf, and whose largest logit / τ
+  // overflows A: their outputs are NaN, then the first kind found (in that order) is thrown.
+  index_t first_pos_inf = rows, first_all_neg_inf = rows, first_overflow = rows;
 
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) reduction(min : first_bad_row) if (detail::worth_threads(rows, vocab))
+#pragma omp parallel for schedule(static) reduction(min : first_pos_inf, first_all_neg_inf, first_overflow) \
+    if (detail::worth_threads(rows, vocab))
 #endif
   for (index_t r = 0; r < rows; ++r) {
     auto put = [&](A* out, A v) {
@@ -364,21 +393,38 @@ void forward(const T* logits, index_t rows, index_t vocab, index_t row_stride, c
     const T* x = logits + r * row_stride;
     const detail::row_sums<A> t = sum_p_squared ? detail::scan_row<T, true>(x, vocab, k)
                                                 : detail::scan_row<T, false>(x, vocab, k);
-    if (t.s == 0) {  // every logit -inf (NaN logits give s = NaN and flow through below)
-      first_bad_row = std::min(first_bad_row, r);
+    // NaN logits give s = NaN and flow through below; a +inf logit would give NaN or s = 0.
+    const bool pos_inf = t.max_x == inf;
+    if (pos_inf || t.s == 0) {
+      if (pos_inf) first_pos_inf = std::min(first_pos_inf, r);
+      else first_all_neg_inf = std::min(first_all_neg_inf, r);
       put(logp, nan), put(entropy, nan), put(lse, nan), put(sum_p_squared, nan);
       continue;
     }
     const A log_s = std::log(t.s);
     const A h = log_s - ln2 * t.u / t.s;
-    put(lse, t.max_x * inv_tau + log_s);
+    const A row_lse = t.max_x * inv_tau + log_s;
+    if (row_lse == inf || row_lse == -inf) {  // finite logits, but z = x / τ is out of range
+      first_overflow = std::min(first_overflow, r);
+      put(logp, nan), put(entropy, nan), put(lse, nan), put(sum_p_squared, nan);
+      continue;
+    }
+    put(lse, row_lse);
     put(entropy, h < 0 ? A(0) : h);  // rounding can leave -1 ulp on a one-hot row
     if (logp) logp[r] = (detail::widen(x[tokens[r]]) - t.max_x) * inv_tau - log_s;
     put(sum_p_squared, t.w / (t.s * t.s));
   }
-  if (first_bad_row < rows)
-    ::reco::detail::fail("logits", "row " + std::to_string(first_bad_row) +
+  if (first_pos_inf < rows)
+    ::reco::detail::fail("logits", "row " + std::to_string(first_pos_inf) +
+                                       ": a logit is +inf (the distribution is undefined)");
+  if (first_all_neg_inf < rows)
+    ::reco::detail::fail("logits", "row " + std::to_string(first_all_neg_inf) +
                                        ": every logit is -inf (the distribution is undefined)");
+  if (first_overflow < rows)
+    ::reco::detail::fail("temperature", "row " + std::to_string(first_overflow) + ": logits / temperature (" +
+                                            std::to_string(temperature) + ") overflow " +
+                                            (sizeof(A) == 4 ? "float32" : "float64") +
+                                            " (the temperature is too small for these logits)");
 }
 
 // Backward: dlogits (same row_stride as logits; may be logits itself) from the upstream
@@ -395,6 +441,7 @@ void backward(const T* logits, index_t rows, index_t vocab, index_t row_stride, 
   require(lse != nullptr || rows == 0, "lse", "is null (pass the lse saved by forward)");
   require(grad_entropy == nullptr || entropy != nullptr, "entropy", "is null but grad_entropy is given");
   require(grad_logp == nullptr || tokens != nullptr || rows == 0, "tokens", "is null but grad_logp is given");
+  detail::check_temperature_range<A>(temperature);
   if (grad_logp) detail::check_tokens(tokens, rows, vocab, row_mask);
 
   const A tau = static_cast<A>(temperature);

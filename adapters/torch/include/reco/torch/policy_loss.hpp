@@ -89,9 +89,9 @@ namespace detail {
 
 // Validates and converts the tensors, runs the objective through `cpu` or `cuda` (empty when
 // this objective cannot run on CUDA from the calling translation unit) and builds the autograd
-// node. Defined in the reco_torch library.
+// node. `who` names the objective in errors ("preset 'dapo'"). Defined in the reco_torch library.
 policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& needs, const runner& cpu,
-                               const runner& cuda);
+                               const runner& cuda, const std::string& who = "this objective");
 
 }  // namespace detail
 
