@@ -60,6 +60,11 @@ enum input_error : std::uint32_t {
   bad_response_weights = 1u << 8,
   bad_token_weights = 1u << 9,
   singleton_group = 1u << 10,
+  bad_normaliser_tokens = 1u << 11,
+  bad_normaliser_responses = 1u << 12,
+  bad_normaliser_kept_tokens = 1u << 13,
+  bad_normaliser_kept_responses = 1u << 14,
+  weight_overflow = 1u << 15,
 };
 
 namespace detail {
@@ -84,6 +89,18 @@ inline constexpr status_entry status_table[] = {
     {bad_token_weights, "batch.token_weights", "NaN, infinite or negative weight in a valid token"},
     {singleton_group, "batch.group_offsets",
      "a group has a single response and the estimator's singleton policy is 'error'"},
+    {bad_normaliser_tokens, "normalisers.tokens",
+     "global count below this call's valid tokens (a global count covers every part of the step)"},
+    {bad_normaliser_responses, "normalisers.responses",
+     "global count below this call's non-empty responses (a global count covers every part of the step)"},
+    {bad_normaliser_kept_tokens, "normalisers.kept_tokens",
+     "global count below this call's selected tokens (a global count covers every part of the step)"},
+    {bad_normaliser_kept_responses, "normalisers.kept_responses",
+     "global count below this call's responses with a selected token (a global count covers every part "
+     "of the step)"},
+    {weight_overflow, "batch.old_logp",
+     "an expected-count weight exp(-log G - mean old_logp) exceeds the double range (mean old_logp "
+     "below about -709); turn the weight cap or a weight normalisation on"},
 };
 }  // namespace detail
 

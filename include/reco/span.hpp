@@ -27,6 +27,12 @@ class span {
   span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(static_cast<index_t>(v.size())) {}
   template <class U, class A, class = std::enable_if_t<std::is_same_v<U, value_type> && std::is_const_v<T>>>
   span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(static_cast<index_t>(v.size())) {}
+  // A span never owns its data: binding one to a temporary container would leave it dangling
+  // (`batch.rewards = std::vector<float>{1, 0};`), so that is a compile error.
+  template <class U, class A>
+  span(std::vector<U, A>&& v) = delete;
+  template <class U, class A>
+  span(const std::vector<U, A>&& v) = delete;
 
   RECO_HOST_DEVICE constexpr T* data() const noexcept { return data_; }
   RECO_HOST_DEVICE constexpr index_t size() const noexcept { return size_; }

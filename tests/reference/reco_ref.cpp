@@ -43,21 +43,28 @@ class loss_sum {
   double s_ = 0, c_ = 0;
 };
 
+// In long double (x86: 64-bit mantissa, exponent range to 1e4932), so that rewards near the
+// double range (1e200) neither overflow in the squares nor lose the all-equal group's exact mean.
 double mean_of(const std::vector<double>& v) {
   if (v.empty()) return 0;
-  double s = 0;
+  long double s = 0;
   for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
+  return static_cast<double>(s / static_cast<long double>(v.size()));
 }
 
 // Unbiased (n - 1) standard deviation; 0 for fewer than two values.
 double unbiased_std(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
-  const double m = mean_of(v);
-  double ss = 0;
+  long double m = 0;
+  for (double x : v) m += x;
+  m /= static_cast<long double>(v.size());
+  long double ss = 0;
   for (double x : v) ss += (x - m) * (x - m);
-  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+  return static_cast<double>(std::sqrt(ss / static_cast<long double>(v.size() - 1)));
 }
+
+// x / d with 0 / 0 = 0 (an all-equal group or batch with eps = 0: its deviations are all 0).
+double quotient(double x, double d) { return x == 0 && d == 0 ? 0.0 : x / d; }
 
 // Linear-interpolation quantile: sorted ascending v, pos = q (n - 1),
 // v[floor(pos)] + (pos - floor(pos)) (v[floor(pos) + 1] - v[floor(pos)]).
@@ -196,7 +203,7 @@ std::vector<double> advantages_of(const batch& b, const config& c, const layout&
       case advantage::grpo:
         for (i64 i = first; i < last; ++i) {
           const double si = b.rewards[at(i)];
-          a[at(i)] = c.scale_by_std ? (si - mean) / (sd + c.adv_eps) : si - mean;
+          a[at(i)] = c.scale_by_std ? quotient(si - mean, sd + c.adv_eps) : si - mean;
         }
         break;
       case advantage::dr_grpo:
@@ -235,7 +242,7 @@ std::vector<double> advantages_of(const batch& b, const config& c, const layout&
         }
         for (i64 i = first; i < last; ++i) a[at(i)] = 0;
         const double gap = b.rewards[at(best)] - second;
-        a[at(best)] = c.scale_by_std ? gap / (sd + c.adv_eps) : gap;
+        a[at(best)] = c.scale_by_std ? quotient(gap, sd + c.adv_eps) : gap;
         break;
       }
       case advantage::given:
@@ -251,7 +258,7 @@ std::vector<double> advantages_of(const batch& b, const config& c, const layout&
       // batch std like every other response's s_i - mean_g (verl's mean 0 / std 1 substitution
       // replaces the group std only, and batch_std does not use the group std).
       const double sd_batch = unbiased_std(b.rewards);
-      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = a[at(i)] / (sd_batch + c.adv_eps);
+      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = quotient(a[at(i)], sd_batch + c.adv_eps);
       break;
     }
     case advantage::reinforce_pp: {
@@ -269,7 +276,7 @@ std::vector<double> advantages_of(const batch& b, const config& c, const layout&
       }
       const double divisor = c.whiten_unbiased ? tokens - 1 : tokens;
       const double var = divisor > 0 ? ss / divisor : 0;
-      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = (a[at(i)] - mu) / std::sqrt(var + c.whiten_eps);
+      for (i64 i = 0; i < lay.R; ++i) A[at(i)] = quotient(a[at(i)] - mu, std::sqrt(var + c.whiten_eps));
       break;
     }
     case advantage::gpg: {
@@ -305,11 +312,13 @@ double zero_std_group_frac_of(const batch& b, const config& c, const layout& lay
 
 std::vector<double> weights_of(const batch& b, const config& c, const layout& lay, i64& cap_hits) {
   cap_hits = 0;
-  std::vector<double> w(at(lay.R), 1.0);
   // READING: uniform weights are 1 for every response (empty ones too) and are neither capped
   // nor normalised; cap and normalisation are described for expected_count and caller only.
-  if (c.weight_mode == weight::uniform) return w;
+  if (c.weight_mode == weight::uniform) return std::vector<double>(at(lay.R), 1.0);
 
+  // In long double (exponent range to 1e4932), so that a weight beyond the double range (mean
+  // old_logp below about -709) still normalises to the definition's value.
+  std::vector<long double> w(at(lay.R), 1.0L);
   for (i64 i = 0; i < lay.R; ++i) {
     if (lay.length[at(i)] == 0) {
       w[at(i)] = 0;
@@ -317,12 +326,12 @@ std::vector<double> weights_of(const batch& b, const config& c, const layout& la
     }
     if (c.weight_mode == weight::expected_count) {
       // log w = -log G_g - mean_t old_logp over the valid tokens of i.
-      double sum_old = 0;
+      long double sum_old = 0;
       for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
         if (lay.valid[at(t)]) sum_old += b.old_logp[at(t)];
       }
-      const double mean_old = sum_old / static_cast<double>(lay.length[at(i)]);
-      const double G = static_cast<double>(lay.group_size[at(lay.group_of[at(i)])]);
+      const long double mean_old = sum_old / static_cast<long double>(lay.length[at(i)]);
+      const long double G = static_cast<long double>(lay.group_size[at(lay.group_of[at(i)])]);
       w[at(i)] = std::exp(-std::log(G) - mean_old);
     } else {
       // READING: caller weights share config.weight_cap (default 10) with expected_count.
@@ -336,7 +345,7 @@ std::vector<double> weights_of(const batch& b, const config& c, const layout& la
 
   // Normalisation to mean 1 over the non-empty responses of a group / of the batch.
   auto normalise = [&](i64 first, i64 last) {
-    double sum = 0;
+    long double sum = 0;
     i64 n = 0;
     for (i64 i = first; i < last; ++i) {
       if (lay.length[at(i)] == 0) continue;
@@ -344,15 +353,19 @@ std::vector<double> weights_of(const batch& b, const config& c, const layout& la
       n += 1;
     }
     if (sum == 0) return;
-    const double scale = static_cast<double>(n) / sum;
-    for (i64 i = first; i < last; ++i) w[at(i)] *= scale;  // empty responses stay 0
+    for (i64 i = first; i < last; ++i) w[at(i)] = w[at(i)] * static_cast<long double>(n) / sum;  // empty stay 0
   };
   if (c.weight_normalisation == weight_norm::group_mean) {
     for (i64 g = 0; g < lay.P; ++g) normalise(b.group_offsets[at(g)], b.group_offsets[at(g + 1)]);
   } else if (c.weight_normalisation == weight_norm::batch_mean) {
     normalise(0, lay.R);
   }
-  return w;
+  std::vector<double> out(at(lay.R));
+  for (i64 i = 0; i < lay.R; ++i) {
+    out[at(i)] = static_cast<double>(w[at(i)]);
+    require(std::isfinite(out[at(i)]), "response weight " + std::to_string(i) + " beyond the double range");
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,7 +518,8 @@ token_out policy_token(const config& c, const token_in& in) {
     const double sigma = 1 / (1 + std::exp(-tau * (r - 1)));
     out.shown = r;
     out.loss = -sigma * (4 / tau) * A;
-    out.grad = r_inside ? -4 * A * sigma * (1 - sigma) * r : 0;
+    // A = 0 contributes 0 even where an unclamped r overflows (0 * inf).
+    out.grad = r_inside && A != 0 ? -4 * A * sigma * (1 - sigma) * r : 0;
     return out;
   }
 
@@ -601,7 +615,9 @@ token_out policy_token(const config& c, const token_in& in) {
       out.loss = -A * c.dual_c;
       out.grad = 0;
       out.dual = true;
-    } else if (c.dual_mode == dual::soft && !clipped && omega > c.dual_c) {
+    } else if (c.dual_mode == dual::soft && !clipped && (reciprocal ? 1 / x : x) > c.dual_c) {
+      // The ratio itself (1/rho for the reciprocal surrogate) is compared with c, also where the
+      // log-ratio clamp has set omega to 0.
       out.loss = -A * c.dual_c * in.lp;  // -A sg(c) logp
       out.grad = -A * c.dual_c;
       out.dual = true;

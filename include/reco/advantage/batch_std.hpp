@@ -37,7 +37,8 @@ struct batch_std_advantage {
     for (index_t j = 0; j < g.size; ++j) out[j] = static_cast<double>(g.rewards[j]) - mean;
   }
   RECO_HOST_DEVICE double finalize(double a, const advantage_batch_stats& s) const {
-    return a / (::sqrt(s.reward_var) + params.eps);
+    // 0 / 0 (an all-equal batch with eps = 0) is 0, as for grpo_advantage.
+    return a == 0 ? 0.0 : a / (::sqrt(s.reward_var) + params.eps);
   }
 };
 

@@ -30,18 +30,45 @@ enum class advantage_batch_stage : std::uint8_t {
 namespace detail {
 
 // Mean and unbiased (n - 1) standard deviation of a group's rewards, in two passes.
+// Overflow-safe: the sums run on the rewards scaled by a power of two that brings the largest
+// |reward| into [0.5, 1) (exact, so ordinary rewards give the very same bits as the plain
+// formulas), so squares of rewards near the double range cannot overflow. A group whose rewards
+// are all equal gets mean = that reward exactly and std 0, so every s_i - mean is exactly 0.
 template <class T>
 RECO_HOST_DEVICE inline void group_mean_std(const group_input<T>& g, double& mean, double& std_dev) {
+  mean = 0.0;
+  std_dev = 0.0;
+  if (g.size <= 0) return;
+  const double first = static_cast<double>(g.rewards[0]);
+  double largest = 0;
+  bool equal = true;
+  for (index_t j = 0; j < g.size; ++j) {
+    const double s = static_cast<double>(g.rewards[j]);
+    const double a = s < 0 ? -s : s;
+    largest = a > largest ? a : largest;
+    equal = equal && s == first;
+  }
+  if (equal) {
+    mean = first;
+    return;
+  }
+  int e = 0;
+  ::frexp(largest, &e);
   double sum = 0;
-  for (index_t j = 0; j < g.size; ++j) sum += static_cast<double>(g.rewards[j]);
-  mean = g.size > 0 ? sum / static_cast<double>(g.size) : 0.0;
+  for (index_t j = 0; j < g.size; ++j) sum += ::ldexp(static_cast<double>(g.rewards[j]), -e);
+  const double mean_u = sum / static_cast<double>(g.size);
   double ss = 0;
   for (index_t j = 0; j < g.size; ++j) {
-    const double d = static_cast<double>(g.rewards[j]) - mean;
+    const double d = ::ldexp(static_cast<double>(g.rewards[j]), -e) - mean_u;
     ss += d * d;
   }
-  std_dev = g.size > 1 ? ::sqrt(ss / static_cast<double>(g.size - 1)) : 0.0;
+  mean = ::ldexp(mean_u, e);
+  std_dev = g.size > 1 ? ::ldexp(::sqrt(ss / static_cast<double>(g.size - 1)), e) : 0.0;
 }
+
+// 1 / d, and 0 for d = 0: a deviation divided by a zero (std + eps) is 0 / 0 (a zero std means
+// every deviation is exactly 0), which the library defines as 0.
+RECO_HOST_DEVICE inline double reciprocal_or_zero(double d) { return d > 0 ? 1.0 / d : 0.0; }
 
 // Applies the singleton policy; returns true when the group was a singleton and is done.
 template <class T>

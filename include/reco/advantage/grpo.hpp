@@ -33,7 +33,7 @@ struct grpo_advantage {
     if (detail::handle_singleton(g, params.singleton, raw_scale, out, status)) return;
     double mean, std_dev;
     detail::group_mean_std(g, mean, std_dev);
-    const double scale = params.scale_by_std ? 1.0 / (std_dev + params.eps) : 1.0;
+    const double scale = params.scale_by_std ? detail::reciprocal_or_zero(std_dev + params.eps) : 1.0;
     for (index_t j = 0; j < g.size; ++j) out[j] = (static_cast<double>(g.rewards[j]) - mean) * scale;
   }
   RECO_HOST_DEVICE double finalize(double a, const advantage_batch_stats&) const { return a; }

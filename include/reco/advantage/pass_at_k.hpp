@@ -46,7 +46,7 @@ struct pass_at_k_advantage {
     }
     double mean, std_dev;
     detail::group_mean_std(g, mean, std_dev);
-    const double scale = params.scale_by_std ? 1.0 / (std_dev + params.eps) : 1.0;
+    const double scale = params.scale_by_std ? detail::reciprocal_or_zero(std_dev + params.eps) : 1.0;
     for (index_t j = 0; j < g.size; ++j) out[j] = 0.0;
     out[best] = (static_cast<double>(g.rewards[best]) - second) * scale;
   }

@@ -40,7 +40,8 @@ struct reinforce_pp_advantage {
   }
   RECO_HOST_DEVICE double finalize(double a, const advantage_batch_stats& s) const {
     const double var = params.unbiased_variance ? s.token_var_unbiased : s.token_var_biased;
-    return (a - s.token_mean) / ::sqrt(var + params.eps);
+    const double x = a - s.token_mean;
+    return x == 0 ? 0.0 : x / ::sqrt(var + params.eps);  // 0 / 0 (all equal, eps = 0) is 0
   }
 };
 

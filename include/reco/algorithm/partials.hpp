@@ -2,6 +2,7 @@
 // backend's memory (so that later passes read them there, without a host round trip).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "reco/component.hpp"
@@ -22,6 +23,7 @@ struct response_scratch {
   double* old_mean = nullptr;    // mean old_logp over valid tokens
   double* adv = nullptr;         // A_i
   double* weight = nullptr;      // w_i
+  double* log_weight = nullptr;  // log of w_i after the cap (batch-mean normalisation in log space)
   double* seq_log = nullptr;     // sequence log-ratio (sequence-scope ratios)
   double* entropy_q = nullptr;   // entropy quantile (entropy-split clip)
   std::uint32_t* status = nullptr;
@@ -37,6 +39,7 @@ struct response_scratch {
     first = c.template take<index_t>(R);
     last = c.template take<index_t>(R);
     old_mean = c.template take<double>(R);
+    log_weight = c.template take<double>(R);
     adv = c.template take<double>(R);
     weight = c.template take<double>(R);
     status = c.template take<std::uint32_t>(R);
@@ -54,6 +57,9 @@ struct batch_partial {
   double nonzero_rewards = 0;
   moments token_adv{};        // group-stage values weighted by |o_i|
   double weight_sum = 0;      // over non-empty responses (batch normalisation)
+  // The same sum as sum exp(log w - weight_log_max), for weights whose plain sum overflows.
+  double weight_log_max = 0;
+  double weight_log_sum = 0;  // 0: no non-empty response with a weight above 0
 
   RECO_HOST_DEVICE static batch_partial merge(const batch_partial& a, const batch_partial& b) {
     batch_partial r;
@@ -65,6 +71,15 @@ struct batch_partial {
     r.nonzero_rewards = a.nonzero_rewards + b.nonzero_rewards;
     r.token_adv = moments::merge(a.token_adv, b.token_adv);
     r.weight_sum = a.weight_sum + b.weight_sum;
+    if (a.weight_log_sum == 0 || b.weight_log_sum == 0) {
+      const batch_partial& x = a.weight_log_sum == 0 ? b : a;
+      r.weight_log_max = x.weight_log_max;
+      r.weight_log_sum = x.weight_log_sum;
+    } else {
+      const double m = a.weight_log_max > b.weight_log_max ? a.weight_log_max : b.weight_log_max;
+      r.weight_log_max = m;
+      r.weight_log_sum = a.weight_log_sum * ::exp(a.weight_log_max - m) + b.weight_log_sum * ::exp(b.weight_log_max - m);
+    }
     return r;
   }
 };
@@ -158,6 +173,8 @@ struct objective_scalars {
   response_partial responses{};
   advantage_batch_stats adv_stats{};
   double weight_scale = 1;          // batch-mean weight normalisation factor
+  double weight_log_shift = 0;      // ... in log space, where the plain weight sum overflows
+  std::uint32_t weight_log_space = 0;
   aggregation_counts valid{};       // counts for the KL / entropy terms
   aggregation_counts policy{};      // counts for the policy term
   // token selection
@@ -168,6 +185,7 @@ struct objective_scalars {
   cut_partial cut_counts{};
   std::uint32_t cut_counted = 0;  // 1: cut_counts hold the counts for cut (set by compute_cut)
   std::uint32_t status = 0;
+  std::uint32_t norm_status = 0;  // global normalisers below the local counts (set by counts_fn)
 };
 
 struct init_scalars_fn {

@@ -261,7 +261,8 @@ struct group_fn {
     }
 
     const double cap = obj.weight.cap();
-    double sum = 0, count = 0;
+    const weight_normalisation norm = obj.weight.normalisation();
+    double sum = 0, count = 0, log_max = -HUGE_VAL;
     for (index_t j = lo; j < hi; ++j) {
       response_context ctx;
       ctx.group_size = size;
@@ -269,23 +270,41 @@ struct group_fn {
       ctx.mean_old_logp = r.old_mean[j];
       ctx.given_weight = b.response_weights ? static_cast<double>(b.response_weights[j]) : 1.0;
       double w = obj.weight.raw(ctx);
+      double lw = norm == weight_normalisation::none ? 0.0 : log_raw_weight(obj.weight, ctx);
       std::uint8_t capped = 0;
       if (cap > 0 && w > cap) {
         w = cap;
+        lw = ::log(cap);
         capped = 1;
       }
       r.weight[j] = w;
+      r.log_weight[j] = lw;
       r.capped[j] = capped;
       if (ctx.length > 0) {
         sum += w;
         count += 1;
+        log_max = lw > log_max ? lw : log_max;
       }
     }
-    if (obj.weight.normalisation() == weight_normalisation::group_mean && sum > 0) {
-      const double scale = count / sum;
-      for (index_t j = lo; j < hi; ++j)
-        if (r.length[j] > 0) r.weight[j] *= scale;
+    if (norm == weight_normalisation::group_mean && sum > 0) {
+      if (finite(sum)) {
+        const double scale = count / sum;
+        for (index_t j = lo; j < hi; ++j)
+          if (r.length[j] > 0) r.weight[j] *= scale;
+      } else {
+        // Some weight (or their sum) overflows: w_j = n exp(lw_j - max) / sum_k exp(lw_k - max).
+        double scaled = 0;
+        for (index_t j = lo; j < hi; ++j)
+          if (r.length[j] > 0) scaled += ::exp(r.log_weight[j] - log_max);
+        for (index_t j = lo; j < hi; ++j)
+          if (r.length[j] > 0) r.weight[j] = count * ::exp(r.log_weight[j] - log_max) / scaled;
+      }
     }
+    // Batch-mean normalisation (later, in log space where needed) brings overflowing weights back
+    // into range; otherwise a weight beyond the double range cannot be represented.
+    if (norm != weight_normalisation::batch_mean)
+      for (index_t j = lo; j < hi; ++j)
+        if (r.length[j] > 0 && !finite(r.weight[j])) st |= weight_overflow;
     group_status[g] = st;
     group_zero_std[g] = zero_std;
   }
@@ -318,6 +337,10 @@ struct batch_partial_fn {
     }
     p.token_adv = moments::of(r.adv[i], static_cast<double>(n));
     p.weight_sum = n > 0 ? r.weight[i] : 0.0;
+    if (n > 0 && r.weight[i] > 0) {
+      p.weight_log_max = r.log_weight[i];
+      p.weight_log_sum = 1.0;
+    }
     return p;
   }
 };
@@ -339,8 +362,16 @@ struct batch_stats_fn {
     a.token_var_unbiased = p.token_adv.variance_unbiased();
     a.token_var_biased = p.token_adv.variance_biased();
     s->weight_scale = 1.0;
-    if (obj.weight.normalisation() == weight_normalisation::batch_mean && p.weight_sum > 0)
-      s->weight_scale = p.nonempty / p.weight_sum;
+    s->weight_log_space = 0;
+    if (obj.weight.normalisation() == weight_normalisation::batch_mean && p.weight_sum > 0) {
+      if (finite(p.weight_sum)) {
+        s->weight_scale = p.nonempty / p.weight_sum;
+      } else {
+        // w_i R' / sum_k w_k = exp(log w_i + log R' - max - log sum_k exp(log w_k - max)).
+        s->weight_log_space = 1;
+        s->weight_log_shift = ::log(p.nonempty) - p.weight_log_max - ::log(p.weight_log_sum);
+      }
+    }
     s->status = p.status | s->groups.status;
   }
 };
@@ -353,7 +384,12 @@ struct finalize_response_fn {
   const objective_scalars* s;
   RECO_HOST_DEVICE void operator()(index_t i) const {
     r.adv[i] = obj.advantage.finalize(r.adv[i], s->adv_stats);
-    if (r.length[i] > 0) r.weight[i] *= s->weight_scale;
+    if (r.length[i] > 0) {
+      if (s->weight_log_space)
+        r.weight[i] = r.weight[i] > 0 ? ::exp(r.log_weight[i] + s->weight_log_shift) : 0.0;
+      else
+        r.weight[i] *= s->weight_scale;
+    }
   }
 };
 

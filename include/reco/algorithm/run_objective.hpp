@@ -137,6 +137,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
   const bool kept_denominator = obj.kept_denominator();
   be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
+  if constexpr (Backend::host_accessible) throw_if_error(s->norm_status);  // before any gradient
   be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
 
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();

@@ -115,8 +115,8 @@ struct cut_count_fn {
       for (index_t t = b; t < e; ++t) {
         const double h = static_cast<double>(values[t]);
         const bool valid = mask[t] != 0;
-        greater += valid & (h > cut) ? 1 : 0;
-        equal += valid & (h == cut) ? 1 : 0;
+        greater += (valid & (h > cut)) ? 1 : 0;
+        equal += (valid & (h == cut)) ? 1 : 0;
       }
     }
     acc.greater += static_cast<double>(greater);

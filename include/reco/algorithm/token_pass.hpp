@@ -22,11 +22,19 @@ namespace detail {
 // any other goes through the clip policy.
 template <class Obj, class V>
 RECO_TOKEN_MATH basic_surrogate_value<V> policy_surrogate(const Obj& obj, const basic_token_context<V>& c) {
+  basic_surrogate_value<V> s;
   if constexpr (Obj::ratio_type::self_clipped) {
-    return obj.ratio.surrogate(c);
+    s = obj.ratio.surrogate(c);
   } else {
-    return obj.clip.apply(obj.ratio.eval(c), c);
+    s = obj.clip.apply(obj.ratio.eval(c), c);
   }
+  // A = 0 contributes exactly 0 loss and 0 gradient, also where an unclamped ratio overflows
+  // (0 * inf would be NaN).
+  if (c.advantage == 0) {
+    s.loss = V(0.0);
+    s.grad = V(0.0);
+  }
+  return s;
 }
 
 // Single-thread step: the counts every aggregator normalises by, with global overrides.
@@ -52,6 +60,18 @@ struct counts_fn {
           norm.kept_responses > 0 ? static_cast<double>(norm.kept_responses) : s->responses.kept_nonempty;
     }
     s->policy = p;
+    // A global count covers this call's part of the step, so one below the local count is the
+    // caller's error (it would silently scale the loss up). Assigned, not accumulated: the last
+    // call, with the final kept counts, decides.
+    std::uint32_t st = 0;
+    if (norm.tokens > 0 && static_cast<double>(norm.tokens) < s->batch.tokens) st |= bad_normaliser_tokens;
+    if (norm.responses > 0 && static_cast<double>(norm.responses) < s->batch.nonempty) st |= bad_normaliser_responses;
+    if (kept_denominator && norm.kept_tokens > 0 && static_cast<double>(norm.kept_tokens) < s->responses.kept_tokens)
+      st |= bad_normaliser_kept_tokens;
+    if (kept_denominator && norm.kept_responses > 0 &&
+        static_cast<double>(norm.kept_responses) < s->responses.kept_nonempty)
+      st |= bad_normaliser_kept_responses;
+    s->norm_status = st;
   }
 };
 
@@ -433,7 +453,7 @@ struct result_fn {
     d.valid_tokens = static_cast<index_t>(t.valid);
     d.policy_tokens = static_cast<index_t>(t.policy_tokens);
     d.nonempty_responses = static_cast<index_t>(s->batch.nonempty);
-    res.status = s->status;
+    res.status = s->status | s->norm_status;
     *out = res;
   }
 };

@@ -128,7 +128,7 @@ inline void sampled_order_statistics(double* keys, index_t n, const index_t* ran
     for (index_t i = 0; i < n; ++i) {
       const double k = keys[i];
       below += k < lo ? 1 : 0;
-      inside += (k >= lo) & (k <= hi) ? 1 : 0;
+      inside += ((k >= lo) & (k <= hi)) ? 1 : 0;
     }
     if (rmin < below || rmax >= below + inside || 2 * inside > n) break;  // missed, or no narrowing
     // Move the window's keys to the front (the others are not needed any more) and go on there.
@@ -136,7 +136,7 @@ inline void sampled_order_statistics(double* keys, index_t n, const index_t* ran
     for (index_t i = 0; i < n; ++i) {
       const double k = keys[i];
       keys[c] = k;
-      c += (k >= lo) & (k <= hi) ? 1 : 0;
+      c += ((k >= lo) & (k <= hi)) ? 1 : 0;
     }
     n = c;
     for (int j = 0; j < m; ++j) ranks[j] -= below;

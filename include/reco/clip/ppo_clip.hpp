@@ -3,9 +3,9 @@
 // The gradient flows only through the unclipped branch: d loss / d logp = -A omega.
 //   hard dual clip (verl, c = 3; DAPO recipe c = 10): for A < 0 the loss is capped at -A c, with
 //     gradient 0 where the cap bites;
-//   soft dual clip (ASPO, c = 3): where the unclipped gradient weight omega exceeds c (A < 0 with
-//     ratio > c; A > 0 with ASPO's 1/r > c) the loss becomes -A sg(c) logp, so the gradient keeps
-//     flowing with weight c.
+//   soft dual clip (ASPO, c = 3): where an unclipped token's ratio exceeds c (A < 0 with x > c;
+//     A > 0 with ASPO's reciprocal 1/x > c; x the clamped ratio) the loss becomes -A sg(c) logp,
+//     so the gradient keeps flowing with weight c.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,11 @@ RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V
     }
   } else if (dual == dual_clip_mode::soft) {
     if (a != 0) {
-      const mask soft = !clipped && rv.omega > dual_c;
+      // The test is on the ratio itself (1/rho for the reciprocal surrogate), as the definition
+      // states: omega equals it where the log-ratio clamp lets the derivative through, but is 0
+      // where the clamp bites, and the dual clip must still fire there.
+      const V beyond = rv.reciprocal ? V(1.0) / rv.x : rv.x;
+      const mask soft = !clipped && beyond > dual_c;
       s.loss = select(soft, -a * dual_c * c.logp, s.loss);
       s.grad = select(soft, V(-a * dual_c), s.grad);
       s.dual = soft;

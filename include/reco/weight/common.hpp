@@ -1,7 +1,10 @@
 // Shared piece of the response weighters: how weights are normalised after the cap.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "reco/component.hpp"
 
@@ -13,5 +16,24 @@ enum class weight_normalisation : std::uint8_t {
   group_mean,  // rescale so that the mean weight of each group is 1
   batch_mean,  // rescale so that the mean weight over the batch passed in is 1
 };
+
+namespace detail {
+template <class W, class = void>
+struct has_log_raw : std::false_type {};
+template <class W>
+struct has_log_raw<W, std::void_t<decltype(std::declval<const W&>().log_raw(std::declval<const response_context&>()))>>
+    : std::true_type {};
+
+// log of a weighter's raw weight: its own log_raw where it has one (so that a weight beyond the
+// double range still normalises correctly), log(raw) otherwise (-inf for a zero weight).
+template <class W>
+RECO_HOST_DEVICE double log_raw_weight(const W& w, const response_context& c) {
+  if constexpr (has_log_raw<W>::value) {
+    return w.log_raw(c);
+  } else {
+    return ::log(w.raw(c));
+  }
+}
+}  // namespace detail
 
 RECO_NAMESPACE_END

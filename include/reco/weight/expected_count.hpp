@@ -2,7 +2,9 @@
 // token probability of the response under the sampling policy, computed in log space:
 //   log w_i = -log G_g - mean_t old_logp_it.
 // The weight carries no gradient, is capped at w_max = 10 (paper; cap <= 0 disables it), and may
-// then be normalised to mean 1 within the group or the batch (documented options; default none).
+// then be normalised to mean 1 within the group or the batch (documented options; default none);
+// the normalisations run in log space where the weights overflow. An uncapped, unnormalised
+// weight beyond the double range is an error naming batch.old_logp.
 // An empty response gets weight 0.
 #pragma once
 
@@ -36,7 +38,13 @@ struct expected_count_weight {
 
   RECO_HOST_DEVICE double raw(const response_context& r) const {
     if (r.length == 0 || r.group_size == 0) return 0.0;
-    return ::exp(-::log(static_cast<double>(r.group_size)) - r.mean_old_logp);
+    return ::exp(log_raw(r));
+  }
+  // The weight's log, finite where the weight itself overflows (mean old_logp below about -709):
+  // the cap and the normalisations work from it.
+  RECO_HOST_DEVICE double log_raw(const response_context& r) const {
+    if (r.length == 0 || r.group_size == 0) return -HUGE_VAL;
+    return -::log(static_cast<double>(r.group_size)) - r.mean_old_logp;
   }
   RECO_HOST_DEVICE double cap() const { return params.cap; }
   RECO_HOST_DEVICE weight_normalisation normalisation() const { return params.normalise; }
