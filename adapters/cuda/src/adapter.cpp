@@ -237,20 +237,23 @@ int reco_cuda_check_overrides(const char* preset, const char* const* keys, const
 const char* reco_cuda_preset_name(int k) { return reco::registry::preset_name(k); }
 
 const char* reco_cuda_override_key(const char* preset, int k) {
-  // Every preset's keys, computed once; the strings live as long as the library.
-  static const std::vector<std::vector<std::string>> keys = [] {
-    std::vector<std::vector<std::string>> all;
-    for (const std::string& name : reco::registry::preset_names()) all.push_back(reco::registry::preset_override_keys(name));
-    return all;
-  }();
   if (preset == nullptr) {
     bad_argument("preset", "is null");
     return nullptr;
   }
-  int index = -1;
-  if (guarded([&] { index = reco::registry::preset_index(preset); }) != RECO_CUDA_OK) return nullptr;
-  const auto& list = keys[static_cast<std::size_t>(index)];
-  return k >= 0 && static_cast<std::size_t>(k) < list.size() ? list[static_cast<std::size_t>(k)].c_str() : nullptr;
+  const char* key = nullptr;
+  guarded([&] {
+    // Every preset's keys, computed once; the strings live as long as the library.
+    static const std::vector<std::vector<std::string>> keys = [] {
+      std::vector<std::vector<std::string>> all;
+      for (const std::string& name : reco::registry::preset_names())
+        all.push_back(reco::registry::preset_override_keys(name));
+      return all;
+    }();
+    const auto& list = keys[static_cast<std::size_t>(reco::registry::preset_index(preset))];
+    if (k >= 0 && static_cast<std::size_t>(k) < list.size()) key = list[static_cast<std::size_t>(k)].c_str();
+  });
+  return key;
 }
 
 const char* reco_cuda_last_error(void) { return last_error.c_str(); }
