@@ -379,7 +379,7 @@ using override_list = std::vector<std::pair<std::string, double>>;
 
 // Applies overrides (any range of (key, value) pairs: a std::map, an override_list), then runs
 // the objective's own parameter checks. `what` names the objective in errors ("preset 'reco'").
-template <class Obj, class Overrides>
+template <class Obj, class Overrides = override_list>
 void apply_overrides(Obj& obj, const Overrides& overrides, const std::string& what = "this objective") {
   std::vector<std::string> seen;
   for (const auto& entry : overrides) {

@@ -178,6 +178,8 @@ TEST(Registry, KeysReachTheComponentsParameters) {
   rg::set_override(sel, "select.denominator", 1);
   EXPECT_EQ(sel.select.params.rule, reco::selection_rule::quantile);
   EXPECT_EQ(sel.select.params.denominator, reco::selection_denominator::kept);
+  rg::apply_overrides(sel, {{"select.rho", 0.3}});  // a braced list, as the docs write it
+  EXPECT_EQ(sel.select.params.rho, 0.3);
 }
 
 TEST(Registry, KeysOfComposedObjectives) {
