@@ -10,9 +10,9 @@
 // declares beside its parameters:
 //   template <class V>
 //   static void fields(params_type& p, V&& v) { v("eps_low", p.eps_low); v("dual_clip", p.dual_clip); }
-// A double takes any value (the objective's validate() checks ranges afterwards); a bool is a
-// flag and takes 0 or 1; an enumeration takes the index of its label (labels_of(E), declared
-// beside the enumeration; reco/component.hpp). Errors name "overrides.<key>".
+// A double takes any value but NaN (the objective's validate() checks ranges afterwards); a
+// bool is a flag and takes 0 or 1; an enumeration takes the index of its label (labels_of(E),
+// declared beside the enumeration; reco/component.hpp). Errors name "overrides.<key>".
 //
 // Plain C++17: no LibTorch, no CUDA.
 #pragma once
@@ -248,6 +248,8 @@ struct field_setter {
     if (field != name) return;
     found = true;
     if constexpr (std::is_same_v<T, double>) {
+      // Ranges are the objective's to check; NaN is never a setting.
+      if (std::isnan(value)) ::reco::detail::fail("overrides." + key, "is NaN");
       dst = value;
     } else if constexpr (std::is_same_v<T, bool>) {
       if (value != 0.0 && value != 1.0) ::reco::detail::fail("overrides." + key, "is a flag: use 0 or 1");

@@ -229,6 +229,7 @@ TEST(Registry, BadValuesAndKeysAreNamed) {
     EXPECT_EQ(e.argument(), "overrides.clip.dual_clip") << v;
     EXPECT_TRUE(contains(e.what(), "0 (off), 1 (hard), 2 (soft)")) << e.what();
   }
+  EXPECT_EQ(arg("reco", "weight.cap", std::numeric_limits<double>::quiet_NaN()).argument(), "overrides.weight.cap");
   EXPECT_EQ(arg("rule_80_20", "select.rule", 2).argument(), "overrides.select.rule");
   EXPECT_EQ(arg("reco", "weight.normalise", 3).argument(), "overrides.weight.normalise");
   EXPECT_EQ(arg("reco", "kl.estimator", 4).argument(), "overrides.kl.estimator");
