@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <string>
@@ -207,6 +208,59 @@ TEST(Registry, KeysOfComposedObjectives) {
                 rg::has_fields_v<reco::dr_grpo_advantage> && rg::has_fields_v<reco::reinforce_ratio> &&
                 rg::has_fields_v<reco::top_entropy_selection> && rg::has_fields_v<reco::kl_penalty>);
   static_assert(!rg::has_fields_v<reco::no_clip> && !rg::has_fields_v<reco::token_mean>);
+}
+
+// A user component as docs/extending.md declares it: fields beside its parameters, and an
+// enumeration whose labels sit beside it (found by argument-dependent lookup from this namespace).
+namespace user {
+enum class log_clip_side : std::uint8_t { both, upper };
+constexpr reco::choice_labels<2> labels_of(log_clip_side) { return {{"both", "upper"}}; }
+
+struct log_clip {
+  using role = reco::roles::clip_policy;
+  struct params_type {
+    double delta = 0.2;
+    log_clip_side side = log_clip_side::both;
+  };
+  params_type params{};
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("delta", p.delta);
+    v("side", p.side);
+  }
+  static constexpr bool needs_entropy = false;
+  static constexpr bool needs_entropy_quantile = false;
+  static constexpr bool clips = true;
+  reco::surrogate_value apply(const reco::ratio_value& rv, const reco::token_context& c) const {
+    reco::surrogate_value s;
+    s.x = rv.x;
+    const double lx = std::log(rv.x);
+    s.clipped = (lx > params.delta && c.advantage > 0) ||
+                (params.side == log_clip_side::both && lx < -params.delta && c.advantage < 0);
+    s.loss = -c.advantage * (s.clipped ? std::exp(lx > 0 ? params.delta : -params.delta) : rv.x);
+    s.grad = s.clipped ? 0.0 : -c.advantage * rv.omega;
+    return s;
+  }
+};
+}  // namespace user
+
+TEST(Registry, UserComponentDeclaresItsFieldsOnce) {
+  using obj_t = reco::objective<reco::grpo_advantage, reco::token_ratio, user::log_clip, reco::uniform_weight,
+                                reco::token_mean>;
+  obj_t obj;
+  const auto fields = rg::override_fields(obj);
+  ASSERT_EQ(fields.size(), 6u);  // advantage.eps, .scale_by_std, .singleton, ratio.log_ratio_clamp, clip.*
+  EXPECT_EQ(fields[4].key, "clip.delta");
+  EXPECT_EQ(fields[4].kind, rg::field_kind::real);
+  EXPECT_EQ(fields[5].key, "clip.side");
+  EXPECT_EQ(fields[5].kind, rg::field_kind::choice);
+  EXPECT_EQ(fields[5].labels, (std::vector<std::string>{"both", "upper"}));
+  rg::apply_overrides(obj, {{"clip.delta", 0.1}, {"clip.side", 1}});
+  EXPECT_EQ(obj.clip.params.delta, 0.1);
+  EXPECT_EQ(obj.clip.params.side, user::log_clip_side::upper);
+  const reco::error e = caught([&] { rg::set_override(obj, "clip.side", 2); });
+  EXPECT_EQ(e.argument(), "overrides.clip.side");
+  EXPECT_TRUE(contains(e.what(), "0 (both), 1 (upper)")) << e.what();
 }
 
 TEST(Registry, BadValuesAndKeysAreNamed) {
