@@ -66,7 +66,33 @@ def load(path):
     lib.reco_cuda_describe_status.argtypes = [ctypes.c_uint32]
     lib.reco_cuda_preset_name.restype = ctypes.c_char_p
     lib.reco_cuda_preset_name.argtypes = [ctypes.c_int]
+    keys_values = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_double), ctypes.c_int64]
+    lib.reco_cuda_objective_overrides.argtypes = [ctypes.c_void_p, ctypes.c_char_p] + keys_values + [
+        ctypes.POINTER(ObjectiveArgs), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_void_p)]
+    lib.reco_cuda_check_overrides.argtypes = [ctypes.c_char_p] + keys_values
+    lib.reco_cuda_override_key.restype = ctypes.c_char_p
+    lib.reco_cuda_override_key.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return lib
+
+
+def override_arrays(overrides):
+    """A dict {"clip.eps_high": 0.28, ...} as the (keys, values, count) arguments of
+    reco_cuda_objective_overrides / reco_cuda_check_overrides."""
+    items = list((overrides or {}).items())
+    keys = (ctypes.c_char_p * max(1, len(items)))(*[k.encode() for k, _ in items])
+    values = (ctypes.c_double * max(1, len(items)))(*[float(v) for _, v in items])
+    return keys, values, len(items)
+
+
+def override_keys(lib, preset):
+    keys, k = [], 0
+    while True:
+        key = lib.reco_cuda_override_key(preset.encode(), k)
+        if key is None:
+            return keys
+        keys.append(key.decode())
+        k += 1
 
 
 def preset_names(lib):

@@ -46,6 +46,16 @@ struct advantage_batch_stats {
   double token_var_biased = 0;
 };
 
+// The labels of an enumeration's values, in order. An enumeration used as a parameter declares
+// them beside itself, found by argument-dependent lookup:
+//   constexpr choice_labels<3> labels_of(dual_clip_mode) { return {{"off", "hard", "soft"}}; }
+// Keys set a choice by its index and errors list the labels (reco/registry.hpp).
+template <int N>
+struct choice_labels {
+  const char* names[N];
+  static constexpr int size = N;
+};
+
 // One token as the per-token components see it (everything already in double). The math is
 // written over V (reco/detail/math.hpp): V = double is one token; the CPU backend's vectorised
 // pass uses a pack of tokens of one response, so the per-response fields stay scalars.

@@ -27,6 +27,7 @@
 #include "reco/objective.hpp"
 #include "reco/objective_needs.hpp"
 #include "reco/presets.hpp"
+#include "reco/registry.hpp"
 #include "reco/ratio/cispo.hpp"
 #include "reco/ratio/flipped.hpp"
 #include "reco/ratio/gmpo.hpp"

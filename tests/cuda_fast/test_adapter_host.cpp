@@ -1,12 +1,15 @@
 // Host tests of the raw CUDA adapter, runnable without a GPU: every argument check names its
-// field before anything touches the device, presets resolve by name, the C structs convert to
-// the core's views, and the C interface reports argument errors with codes and messages.
+// field before anything touches the device, presets resolve by name, parameters are set by key,
+// the C structs convert to the core's views, and the C interface reports argument errors with
+// codes and messages.
 // Pointers here are fake device addresses: validation must never dereference them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "reco/cuda_adapter/adapter.hpp"
 #include "reco/cuda_adapter/presets_by_name.hpp"
@@ -260,6 +263,97 @@ TEST(AdapterCInterface, ArgumentErrorsBeforeAnyDeviceWork) {
   EXPECT_EQ(std::string(reco_cuda_describe_status(0)), "ok");
   EXPECT_EQ(std::string(reco_cuda_describe_status(reco::bad_old_logp | reco::bad_rewards)).rfind("batch.old_logp:", 0),
             0u);
+  reco_cuda_context_destroy(ctx);
+}
+
+// Parameter overrides through the C++ and C interfaces: the registry's keys, and every bad key,
+// value or array reported before any device work.
+TEST(AdapterOverrides, KeysOfAPreset) {
+  const std::vector<std::string> keys = ca::override_keys("rule_80_20");
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "select.rho"), keys.end());
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "clip.eps_high"), keys.end());
+  EXPECT_EQ(std::find(keys.begin(), keys.end(), "weight.cap"), keys.end());
+  EXPECT_EQ(std::find(keys.begin(), keys.end(), "kl.beta"), keys.end());
+  for (const std::string& p : ca::preset_names()) {
+    const std::vector<std::string> expected = ca::override_keys(p);
+    std::vector<std::string> listed;
+    for (int k = 0; reco_cuda_override_key(p.c_str(), k) != nullptr; ++k) listed.emplace_back(reco_cuda_override_key(p.c_str(), k));
+    EXPECT_EQ(listed, expected) << p;
+    EXPECT_EQ(reco_cuda_override_key(p.c_str(), -1), nullptr);
+  }
+  EXPECT_EQ(reco_cuda_override_key("grpoo", 0), nullptr);
+  EXPECT_EQ(std::string(reco_cuda_last_error()).rfind("reco: preset:", 0), 0u) << reco_cuda_last_error();
+  EXPECT_EQ(reco_cuda_override_key(nullptr, 0), nullptr);
+}
+
+TEST(AdapterOverrides, CheckedByKeyBeforeAnyDeviceWork) {
+  EXPECT_EQ(named([] { ca::check_overrides("reco", {{"clip.eps_high", 0.28}, {"kl.beta", 0.01}, {"kl.clamp", 0}}); }),
+            "");
+  EXPECT_EQ(named([] { ca::check_overrides("grpo", {{"clip.eps_lo", 0.1}}); }), "overrides.clip.eps_lo");
+  EXPECT_EQ(named([] { ca::check_overrides("dapo", {{"kl.beta", 0.1}}); }), "overrides.kl.beta");  // no KL term
+  EXPECT_EQ(named([] { ca::check_overrides("grpo", {{"kl.clamp", 0.5}}); }), "overrides.kl.clamp");
+  EXPECT_EQ(named([] { ca::check_overrides("grpo", {{"clip.dual_clip", 3}}); }), "overrides.clip.dual_clip");
+  EXPECT_EQ(named([] { ca::check_overrides("grpo", {{"kl.beta", 0.1}, {"kl.beta", 0.2}}); }), "overrides.kl.beta");
+  EXPECT_EQ(named([] { ca::check_overrides("nope", {}); }), "preset");
+  // The run entry checks the overrides before the arguments and before the device: a bad key is
+  // reported even though the arguments lack grpo's ref_logp.
+  reco_cuda_objective_args a = valid_args();
+  a.ref_logp = nullptr;
+  ca::context ctx;  // created without a device, as reco_cuda_context_create is above
+  EXPECT_EQ(named([&] { ca::run_preset_async("grpo", {{"weight.cap", 5}}, a, nullptr, ctx); }),
+            "overrides.weight.cap");
+  EXPECT_EQ(named([&] { ca::run_preset_async("grpo", {{"clip.eps_high", 0.3}}, a, nullptr, ctx); }),
+            "args.ref_logp");
+}
+
+TEST(AdapterOverrides, CInterface) {
+  auto message = [] { return std::string(reco_cuda_last_error()); };
+  const char* keys[] = {"clip.eps_high", "kl.beta", "clip.dual_clip"};
+  const double values[] = {0.28, 0.01, 2};
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", keys, values, 3), RECO_CUDA_OK) << message();
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", nullptr, nullptr, 0), RECO_CUDA_OK);
+  EXPECT_EQ(reco_cuda_check_overrides("dapo", keys, values, 3), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: overrides.kl.beta:", 0), 0u) << message();
+  const double bad_choice[] = {0.28, 0.01, 1.5};
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", keys, bad_choice, 3), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: overrides.clip.dual_clip:", 0), 0u) << message();
+  EXPECT_NE(message().find("0 (off), 1 (hard), 2 (soft)"), std::string::npos) << message();
+  const char* flag_key[] = {"kl.straight_through"};
+  const double flag_value[] = {2};
+  EXPECT_EQ(reco_cuda_check_overrides("reco", flag_key, flag_value, 1), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: overrides.kl.straight_through:", 0), 0u) << message();
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", keys, values, -1), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: count:", 0), 0u) << message();
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", nullptr, values, 1), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: keys:", 0), 0u) << message();
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", keys, nullptr, 1), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: values:", 0), 0u) << message();
+  const char* null_entry[] = {"kl.beta", nullptr};
+  EXPECT_EQ(reco_cuda_check_overrides("grpo", null_entry, values, 2), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: keys:", 0), 0u) << message();
+  EXPECT_EQ(reco_cuda_check_overrides(nullptr, keys, values, 1), RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: preset:", 0), 0u) << message();
+
+  // The objective entry: overrides are checked before the arguments and the device.
+  reco_cuda_context* ctx = reco_cuda_context_create();
+  ASSERT_NE(ctx, nullptr);
+  reco_cuda_result result{};
+  reco_cuda_objective_args bad = valid_args();
+  bad.ref_logp = nullptr;
+  const char* typo[] = {"clip.eps_lo"};
+  EXPECT_EQ(reco_cuda_objective_overrides(ctx, "grpo", typo, values, 1, &bad, nullptr, RECO_CUDA_RESULT_HOST, &result,
+                                          nullptr),
+            RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: overrides.clip.eps_lo:", 0), 0u) << message();
+  EXPECT_NE(message().find("clip.eps_low"), std::string::npos) << "lists the preset's keys: " << message();
+  EXPECT_EQ(reco_cuda_objective_overrides(ctx, "grpo", keys, values, 3, &bad, nullptr, RECO_CUDA_RESULT_HOST, &result,
+                                          nullptr),
+            RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: args.ref_logp:", 0), 0u) << message();
+  EXPECT_EQ(reco_cuda_objective_overrides(ctx, "grpo", keys, values, -2, &bad, nullptr, RECO_CUDA_RESULT_HOST, &result,
+                                          nullptr),
+            RECO_CUDA_INVALID_ARGUMENT);
+  EXPECT_EQ(message().rfind("reco: count:", 0), 0u) << message();
   reco_cuda_context_destroy(ctx);
 }
 

@@ -59,6 +59,27 @@ expect(lib.reco_cuda_context_set_options(ctx, -1, 1, 0) == rc.RECO_INVALID_ARGUM
 expect(lib.reco_cuda_context_set_options(ctx, 16, 1, 0) == rc.RECO_OK, "options set")
 names = rc.preset_names(lib)
 expect(len(names) == 13 and names[0] == "grpo" and names[-1] == "rule_80_20_reco", f"preset names {names}")
+# Parameters by key: listed per preset, checked without a device, and a bad key refused by the
+# objective entry before the arguments are looked at.
+keys = rc.override_keys(lib, "rule_80_20")
+expect("select.rho" in keys and "clip.eps_high" in keys and "kl.beta" not in keys, f"override keys {keys}")
+expect(lib.reco_cuda_check_overrides(b"grpo", *rc.override_arrays({"clip.eps_high": 0.28, "kl.beta": 0.01}))
+       == rc.RECO_OK, "good overrides")
+for overrides, key in [({"kl.clamp": 0.5}, "kl.clamp"), ({"clip.dual_clip": 3}, "clip.dual_clip"),
+                       ({"weight.cap": 2}, "weight.cap")]:
+    code = lib.reco_cuda_check_overrides(b"grpo", *rc.override_arrays(overrides))
+    message = lib.reco_cuda_last_error().decode()
+    expect(code == rc.RECO_INVALID_ARGUMENT and message.startswith(f"reco: overrides.{key}:"), f"{key}: {message!r}")
+bad = rc.ObjectiveArgs.from_buffer_copy(good)
+bad.ref_logp = None
+code = lib.reco_cuda_objective_overrides(ctx, b"grpo", *rc.override_arrays({"clip.eps_lo": 0.1}), ctypes.byref(bad),
+                                         None, rc.RECO_RESULT_WORKSPACE, None, ctypes.byref(out))
+expect(code == rc.RECO_INVALID_ARGUMENT and lib.reco_cuda_last_error().startswith(b"reco: overrides.clip.eps_lo:"),
+       "objective with a bad key")
+code = lib.reco_cuda_objective_overrides(ctx, b"grpo", *rc.override_arrays({"clip.eps_high": 0.3}), ctypes.byref(bad),
+                                         None, rc.RECO_RESULT_WORKSPACE, None, ctypes.byref(out))
+expect(code == rc.RECO_INVALID_ARGUMENT and lib.reco_cuda_last_error().startswith(b"reco: args.ref_logp:"),
+       "objective with good overrides checks the arguments")
 expect(lib.reco_cuda_describe_status(0) == b"ok", "status 0")
 expect(lib.reco_cuda_describe_status(1 << 3).startswith(b"batch.old_logp:"), "status bit 3")
 # reco_cuda_result on LP64: 4 doubles, 15 doubles + int64 + 3 doubles + double[3] + 3 int64, uint32 + padding.

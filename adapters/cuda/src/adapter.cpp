@@ -45,29 +45,45 @@ void check(cudaError_t e, const char* what) {
 
 static_assert(parts::part_bounds[3] == preset_count, "the three preset translation units cover every preset");
 
-const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names(preset_name_table, preset_name_table + preset_count);
-  return names;
-}
+const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
 objective_needs preset_needs(const std::string& preset) { return needs_of_preset(preset_index(preset)); }
 
-const objective_result* run_preset_async(const std::string& preset, const reco_cuda_objective_args& args,
-                                         cudaStream_t stream, context& ctx, objective_result* device_result) {
+std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
+
+void check_overrides(const std::string& preset, const override_list& overrides) {
+  registry::with_preset(preset, [&](auto obj) { registry::apply_overrides(obj, overrides, "preset '" + preset + "'"); });
+}
+
+const objective_result* run_preset_async(const std::string& preset, const override_list& overrides,
+                                         const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
+                                         objective_result* device_result) {
   const int index = preset_index(preset);
-  // The by-name entry validates against the preset's needs here; the typed call validates again.
+  // Bad overrides and arguments are reported here, before any device work; the translation unit
+  // that runs the preset applies the overrides to its object and the typed call validates again.
+  if (!overrides.empty()) check_overrides(preset, overrides);
   validate(args, needs_of_preset(index));
   const objective_result* out = nullptr;
-  if (!(parts::run_part0(index, args, stream, ctx, device_result, &out) ||
-        parts::run_part1(index, args, stream, ctx, device_result, &out) ||
-        parts::run_part2(index, args, stream, ctx, device_result, &out)))
+  if (!(parts::run_part0(index, overrides, args, stream, ctx, device_result, &out) ||
+        parts::run_part1(index, overrides, args, stream, ctx, device_result, &out) ||
+        parts::run_part2(index, overrides, args, stream, ctx, device_result, &out)))
     ::reco::detail::fail("preset", "no translation unit compiled preset '" + preset + "'");
   return out;
 }
 
+const objective_result* run_preset_async(const std::string& preset, const reco_cuda_objective_args& args,
+                                         cudaStream_t stream, context& ctx, objective_result* device_result) {
+  return run_preset_async(preset, override_list{}, args, stream, ctx, device_result);
+}
+
 objective_result run_preset(const std::string& preset, const reco_cuda_objective_args& args, cudaStream_t stream,
                             context& ctx) {
-  const objective_result* r = run_preset_async(preset, args, stream, ctx);
+  return run_preset(preset, override_list{}, args, stream, ctx);
+}
+
+objective_result run_preset(const std::string& preset, const override_list& overrides,
+                            const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx) {
+  const objective_result* r = run_preset_async(preset, overrides, args, stream, ctx);
   objective_result out;
   check(cudaMemcpyAsync(&out, r, sizeof(out), cudaMemcpyDeviceToHost, stream),
                                   "copy of the result");
@@ -125,6 +141,21 @@ int bad_argument(const char* argument, const char* what) {
   return RECO_CUDA_INVALID_ARGUMENT;
 }
 
+// The C arrays of keys and values as an override list (throws reco::error naming the array).
+reco::cuda_adapter::override_list overrides_of(const char* const* keys, const double* values, int64_t count) {
+  reco::detail::require(count >= 0, "count", "must be >= 0");
+  reco::cuda_adapter::override_list list;
+  if (count == 0) return list;
+  reco::detail::require(keys != nullptr, "keys", "is null but count is " + std::to_string(count));
+  reco::detail::require(values != nullptr, "values", "is null but count is " + std::to_string(count));
+  list.reserve(static_cast<std::size_t>(count));
+  for (int64_t k = 0; k < count; ++k) {
+    reco::detail::require(keys[k] != nullptr, "keys", "entry " + std::to_string(k) + " is null");
+    list.emplace_back(keys[k], values[k]);
+  }
+  return list;
+}
+
 }  // namespace
 
 extern "C" {
@@ -151,6 +182,14 @@ int reco_cuda_context_set_options(reco_cuda_context* ctx, int max_blocks, int ve
 int reco_cuda_objective(reco_cuda_context* ctx, const char* preset, const reco_cuda_objective_args* args,
                         cudaStream_t stream, reco_cuda_result_location where, reco_cuda_result* result,
                         const reco_cuda_result** workspace_result) {
+  return reco_cuda_objective_overrides(ctx, preset, nullptr, nullptr, 0, args, stream, where, result,
+                                       workspace_result);
+}
+
+int reco_cuda_objective_overrides(reco_cuda_context* ctx, const char* preset, const char* const* keys,
+                                  const double* values, int64_t count, const reco_cuda_objective_args* args,
+                                  cudaStream_t stream, reco_cuda_result_location where, reco_cuda_result* result,
+                                  const reco_cuda_result** workspace_result) {
   if (ctx == nullptr) return bad_argument("ctx", "is null");
   if (preset == nullptr) return bad_argument("preset", "is null");
   if (args == nullptr) return bad_argument("args", "is null");
@@ -164,7 +203,8 @@ int reco_cuda_objective(reco_cuda_context* ctx, const char* preset, const reco_c
   std::uint32_t status = 0;
   const int rc = guarded([&] {
     auto* device = where == RECO_CUDA_RESULT_DEVICE ? reinterpret_cast<reco::objective_result*>(result) : nullptr;
-    const reco::objective_result* r = ca::run_preset_async(preset, *args, stream, ctx->ctx, device);
+    const reco::objective_result* r =
+        ca::run_preset_async(preset, overrides_of(keys, values, count), *args, stream, ctx->ctx, device);
     if (where == RECO_CUDA_RESULT_WORKSPACE) *workspace_result = reinterpret_cast<const reco_cuda_result*>(r);
     if (where != RECO_CUDA_RESULT_HOST) return;
     ca::check(cudaMemcpyAsync(result, r, sizeof(*result), cudaMemcpyDeviceToHost, stream), "copy of the result");
@@ -189,8 +229,31 @@ int reco_cuda_logits_backward(const reco_cuda_logits_args* args, cudaStream_t st
   return guarded([&] { reco::cuda_adapter::logits_backward(*args, stream); });
 }
 
-const char* reco_cuda_preset_name(int k) {
-  return k >= 0 && k < reco::cuda_adapter::preset_count ? reco::cuda_adapter::preset_name_table[k] : nullptr;
+int reco_cuda_check_overrides(const char* preset, const char* const* keys, const double* values, int64_t count) {
+  if (preset == nullptr) return bad_argument("preset", "is null");
+  return guarded([&] { reco::cuda_adapter::check_overrides(preset, overrides_of(keys, values, count)); });
+}
+
+const char* reco_cuda_preset_name(int k) { return reco::registry::preset_name(k); }
+
+const char* reco_cuda_override_key(const char* preset, int k) {
+  if (preset == nullptr) {
+    bad_argument("preset", "is null");
+    return nullptr;
+  }
+  const char* key = nullptr;
+  guarded([&] {
+    // Every preset's keys, computed once; the strings live as long as the library.
+    static const std::vector<std::vector<std::string>> keys = [] {
+      std::vector<std::vector<std::string>> all;
+      for (const std::string& name : reco::registry::preset_names())
+        all.push_back(reco::registry::preset_override_keys(name));
+      return all;
+    }();
+    const auto& list = keys[static_cast<std::size_t>(reco::registry::preset_index(preset))];
+    if (k >= 0 && static_cast<std::size_t>(k) < list.size()) key = list[static_cast<std::size_t>(k)].c_str();
+  });
+  return key;
 }
 
 const char* reco_cuda_last_error(void) { return last_error.c_str(); }

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "reco/cuda_adapter/adapter.hpp"
+#include "reco/cuda_adapter/presets_by_name.hpp"
 #include "reco/cuda_adapter/reco_cuda.h"
 #include "reco/result.hpp"
 
@@ -13,15 +14,16 @@ RECO_NAMESPACE_BEGIN
 namespace cuda_adapter {
 namespace parts {
 
-// Each runs the preset at `index` if it lies in its range, storing the result's device address
-// in *out, and returns whether it did.
-bool run_part0(int index, const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
-               objective_result* device_result, const objective_result** out);
-bool run_part1(int index, const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
-               objective_result* device_result, const objective_result** out);
-bool run_part2(int index, const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
-               objective_result* device_result, const objective_result** out);
+// Each runs the preset at `index` with `overrides` applied if it lies in its range, storing the
+// result's device address in *out, and returns whether it did.
+bool run_part0(int index, const override_list& overrides, const reco_cuda_objective_args& args,
+               cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out);
+bool run_part1(int index, const override_list& overrides, const reco_cuda_objective_args& args,
+               cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out);
+bool run_part2(int index, const override_list& overrides, const reco_cuda_objective_args& args,
+               cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out);
 
+// Part k takes the presets [part_bounds[k], part_bounds[k + 1]) of the registry's list.
 inline constexpr int part_bounds[4] = {0, 5, 9, 13};
 
 // The validated logits op on the device, by dtype (logits.cu).

@@ -1,4 +1,4 @@
-// Presets [5, 9) of reco::cuda_adapter::preset_types on the fused CUDA path.
+// Presets [5, 9) of the registry's list (reco/registry.hpp) on the fused CUDA path.
 #include "library.hpp"
 
 #include "reco/cuda_adapter/objective.cuh"
@@ -8,9 +8,12 @@ RECO_NAMESPACE_BEGIN
 namespace cuda_adapter {
 namespace parts {
 
-bool run_part1(int index, const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
-               objective_result* device_result, const objective_result** out) {
-  return visit_preset<5, 9>(index, [&](auto obj) { *out = run_objective_async(obj, args, stream, ctx, device_result); });
+bool run_part1(int index, const override_list& overrides, const reco_cuda_objective_args& args,
+               cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out) {
+  return visit_preset<part_bounds[1], part_bounds[2]>(index, [&](auto obj) {
+    registry::apply_overrides(obj, overrides, std::string("preset '") + registry::preset_name(index) + "'");
+    *out = run_objective_async(obj, args, stream, ctx, device_result);
+  });
 }
 
 }  // namespace parts

@@ -418,11 +418,9 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 
 }  // namespace detail
 
-const std::vector<std::string>& preset_names() { return detail::preset_list(); }
+const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
-std::vector<std::string> override_keys(const std::string& preset) {
-  return detail::with_preset(preset, [](auto obj) { return detail::parameter_keys(obj); });
-}
+std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides) {

@@ -3,21 +3,21 @@
 #include "presets.hpp"
 
 #include "reco/torch/detail/cpu_run.hpp"
-#include "reco/torch/detail/params.hpp"
+#include "reco/registry.hpp"
 
 namespace reco::torch::detail {
 
 objective_needs preset_needs(const std::string& preset, const override_map& overrides) {
-  return with_preset(preset, [&](auto obj) {
-    apply_overrides(obj, overrides, "preset '" + preset + "'");
+  return registry::with_preset(preset, [&](auto obj) {
+    registry::apply_overrides(obj, overrides, "preset '" + preset + "'");
     return needs_of<decltype(obj)>();
   });
 }
 
 void run_preset_cpu(const std::string& preset, const override_map& overrides, const run_request& q,
                     objective_result& out) {
-  with_preset(preset, [&](auto obj) {
-    apply_overrides(obj, overrides, "preset '" + preset + "'");
+  registry::with_preset(preset, [&](auto obj) {
+    registry::apply_overrides(obj, overrides, "preset '" + preset + "'");
     run_cpu(obj, q, out);
   });
 }

@@ -2,13 +2,13 @@
 #include "presets.hpp"
 
 #include "reco/torch/detail/cuda_run.cuh"
-#include "reco/torch/detail/params.hpp"
+#include "reco/registry.hpp"
 
 namespace reco::torch::detail {
 
 void run_preset_cuda(const std::string& preset, const override_map& overrides, const run_request& q) {
-  with_preset(preset, [&](auto obj) {
-    apply_overrides(obj, overrides, "preset '" + preset + "'");
+  registry::with_preset(preset, [&](auto obj) {
+    registry::apply_overrides(obj, overrides, "preset '" + preset + "'");
     run_cuda(obj, q);
   });
 }

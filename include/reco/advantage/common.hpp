@@ -15,6 +15,7 @@ enum class singleton_policy : std::uint8_t {
   raw_score,  // baseline 0 and unit std, so A = s / (1 + eps) or s (verl)
   error,      // report batch.group_offsets as an error (OpenRLHF)
 };
+constexpr choice_labels<3> labels_of(singleton_policy) { return {{"zero", "raw_score", "error"}}; }
 
 // Which per-response array the group stage reads.
 enum class advantage_input : std::uint8_t { rewards, advantages };

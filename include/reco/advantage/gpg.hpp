@@ -11,6 +11,11 @@ struct gpg_advantage {
     singleton_policy singleton = singleton_policy::zero;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("singleton", p.singleton);
+  }
 
   static constexpr advantage_input input = advantage_input::rewards;
   static constexpr advantage_batch_stage batch_stage = advantage_batch_stage::nonzero_scale;

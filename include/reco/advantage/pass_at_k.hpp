@@ -18,6 +18,13 @@ struct pass_at_k_advantage {
     singleton_policy singleton = singleton_policy::zero;  // the estimator needs G >= 2
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("scale_by_std", p.scale_by_std);
+    v("eps", p.eps);
+    v("singleton", p.singleton);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -20,6 +20,13 @@ struct reinforce_pp_advantage {
     singleton_policy singleton = singleton_policy::zero;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("eps", p.eps);
+    v("unbiased_variance", p.unbiased_variance);
+    v("singleton", p.singleton);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

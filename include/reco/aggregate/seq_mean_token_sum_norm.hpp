@@ -18,6 +18,12 @@ struct seq_mean_token_sum_norm {
     double max_length = 0.0;  // L_max; 0 = from the layout
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("constant", p.constant);
+    v("max_length", p.max_length);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -23,6 +23,17 @@ struct entropy_split_clip {
     double dual_clip_c = 3.0;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("eps_low", p.eps_low);
+    v("eps_high", p.eps_high);
+    v("high_entropy_eps_low", p.high_entropy_eps_low);
+    v("high_entropy_eps_high", p.high_entropy_eps_high);
+    v("percentile", p.percentile);
+    v("dual_clip", p.dual_clip);
+    v("dual_clip_c", p.dual_clip_c);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -18,6 +18,7 @@
 RECO_NAMESPACE_BEGIN
 
 enum class dual_clip_mode : std::uint8_t { off, hard, soft };
+constexpr choice_labels<3> labels_of(dual_clip_mode) { return {{"off", "hard", "soft"}}; }
 
 namespace detail {
 
@@ -78,6 +79,14 @@ struct ppo_clip {
     double dual_clip_c = 3.0;  // must exceed 1
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("eps_low", p.eps_low);
+    v("eps_high", p.eps_high);
+    v("dual_clip", p.dual_clip);
+    v("dual_clip_c", p.dual_clip_c);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

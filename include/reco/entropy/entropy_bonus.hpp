@@ -16,6 +16,11 @@ struct entropy_bonus {
     double coef = 0.001;  // verl's former default entropy coefficient
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("coef", p.coef);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -18,6 +18,7 @@
 RECO_NAMESPACE_BEGIN
 
 enum class kl_estimator : std::uint8_t { k1, abs, k2, k3 };
+constexpr choice_labels<4> labels_of(kl_estimator) { return {{"k1", "abs", "k2", "k3"}}; }
 
 struct kl_penalty {
   using role = roles::kl_term;
@@ -28,6 +29,14 @@ struct kl_penalty {
     bool straight_through = false;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("beta", p.beta);
+    v("estimator", p.estimator);
+    v("clamp", p.clamp);
+    v("straight_through", p.straight_through);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

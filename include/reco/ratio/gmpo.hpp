@@ -23,6 +23,12 @@ struct gmpo_ratio {
     double eps_high = 0.4;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("eps_low", p.eps_low);
+    v("eps_high", p.eps_high);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

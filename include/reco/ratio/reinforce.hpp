@@ -15,6 +15,11 @@ struct reinforce_ratio {
     double log_ratio_clamp = 20.0;  // only for the ratio shown in the diagnostics
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("log_ratio_clamp", p.log_ratio_clamp);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -19,6 +19,13 @@ struct sapo_ratio {
     double log_ratio_clamp = 20.0;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("tau_pos", p.tau_pos);
+    v("tau_neg", p.tau_neg);
+    v("log_ratio_clamp", p.log_ratio_clamp);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

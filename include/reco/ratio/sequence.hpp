@@ -19,6 +19,11 @@ struct sequence_ratio {
     double max_log_ratio = 10.0;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("max_log_ratio", p.max_log_ratio);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -33,6 +33,11 @@ struct token_ratio {
     double log_ratio_clamp = 20.0;  // |logp - old_logp| limit before exp; 0 disables
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("log_ratio_clamp", p.log_ratio_clamp);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -29,6 +29,12 @@ struct variance_ratio {
     double log_ratio_clamp = 20.0;  // |log v| limit; 0 disables
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("variance_floor", p.variance_floor);
+    v("log_ratio_clamp", p.log_ratio_clamp);
+  }
 
   // e^{+-log_ratio_clamp}, derived from params on the host before a call (see prepare()).
   struct derived_type {

@@ -23,6 +23,8 @@ RECO_NAMESPACE_BEGIN
 
 enum class selection_rule : std::uint8_t { top_k, quantile };
 enum class selection_denominator : std::uint8_t { valid, kept };
+constexpr choice_labels<2> labels_of(selection_rule) { return {{"top_k", "quantile"}}; }
+constexpr choice_labels<2> labels_of(selection_denominator) { return {{"valid", "kept"}}; }
 
 // A threshold over a population: keep H > value, and of the tokens with H == value the first
 // `ties` in position order (ties < 0: all of them).
@@ -41,6 +43,13 @@ struct top_entropy_selection {
     entropy_cut given{};
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("rho", p.rho);
+    v("rule", p.rule);
+    v("denominator", p.denominator);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

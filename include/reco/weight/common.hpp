@@ -16,6 +16,7 @@ enum class weight_normalisation : std::uint8_t {
   group_mean,  // rescale so that the mean weight of each group is 1
   batch_mean,  // rescale so that the mean weight over the batch passed in is 1
 };
+constexpr choice_labels<3> labels_of(weight_normalisation) { return {{"none", "group_mean", "batch_mean"}}; }
 
 namespace detail {
 template <class W, class = void>

@@ -24,6 +24,12 @@ struct expected_count_weight {
     weight_normalisation normalise = weight_normalisation::none;
   };
   params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("cap", p.cap);
+    v("normalise", p.normalise);
+  }
 
   // Throws reco::error naming the first parameter out of range.
   void validate(const std::string& name) const {

@@ -9,6 +9,8 @@
 //   reco::objective_result r = reco::cuda_adapter::run_preset("reco", args, stream, ctx);  // syncs
 //   // or, without a synchronisation, into device memory the trainer owns:
 //   reco::cuda_adapter::run_preset_async("reco", args, stream, ctx, d_result);
+//   // with parameters set by key (reco/registry.hpp; override_keys("reco") lists them):
+//   reco::cuda_adapter::run_preset("reco", {{"clip.eps_high", 0.28}, {"kl.beta", 0.01}}, args, stream, ctx);
 //
 // Host code (no nvcc needed): the presets are compiled into the reco_cuda_adapter library.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reco/backend/workspace.hpp"
@@ -54,10 +57,19 @@ class context {
   std::unique_ptr<impl> impl_;
 };
 
-// The presets by name (the names of reco::presets).
+// Parameter overrides: ("<component>.<field>", value) pairs, applied in order (reco/registry.hpp).
+using override_list = std::vector<std::pair<std::string, double>>;
+
+// The presets by name (the core registry's list, reco/registry.hpp).
 const std::vector<std::string>& preset_names();
 // What a preset reads and writes (throws reco::error naming "preset" for an unknown name).
 objective_needs preset_needs(const std::string& preset);
+// The override keys a preset accepts ("clip.eps_high", "kl.beta", ...).
+std::vector<std::string> override_keys(const std::string& preset);
+// Applies overrides to the preset on the host and runs its parameter checks, touching no device:
+// throws reco::error naming "preset", or "overrides.<key>" for an unknown key, a bad flag or
+// choice value, or a key given twice, or the parameter out of range.
+void check_overrides(const std::string& preset, const override_list& overrides);
 
 // Runs a preset and returns its result on the host: synchronises the stream and throws
 // reco::error when the data failed a check (as reco::objective's synchronous call does).
@@ -68,6 +80,12 @@ objective_result run_preset(const std::string& preset, const reco_cuda_objective
 // context's workspace copy, valid until the context's next call. Check result->status.
 const objective_result* run_preset_async(const std::string& preset, const reco_cuda_objective_args& args,
                                          cudaStream_t stream, context& ctx, objective_result* device_result = nullptr);
+// The same with parameter overrides (checked as check_overrides does, before any device work).
+objective_result run_preset(const std::string& preset, const override_list& overrides,
+                            const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx);
+const objective_result* run_preset_async(const std::string& preset, const override_list& overrides,
+                                         const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
+                                         objective_result* device_result = nullptr);
 
 // reco::logits::forward_cuda / backward_cuda on the C struct, validated first (and its pointers
 // checked with the driver when check_pointers). Stream-ordered; the kernels report a bad token

@@ -1,6 +1,6 @@
-/* reco's raw CUDA adapter, C interface: the policy objective (presets by name) and the
- * log-probability / entropy op on raw device pointers and a cudaStream_t, for trainers that do
- * not use LibTorch (C, C++, Python ctypes, JAX/CuPy custom calls, ...).
+/* reco's raw CUDA adapter, C interface: the policy objective (presets by name, parameters by
+ * key) and the log-probability / entropy op on raw device pointers and a cudaStream_t, for
+ * trainers that do not use LibTorch (C, C++, Python ctypes, JAX/CuPy custom calls, ...).
  *
  * Every pointer in the argument structs is device memory unless its comment says otherwise.
  * Nothing here synchronises the stream except a result requested on the host. Functions return
@@ -131,11 +131,29 @@ int reco_cuda_objective(reco_cuda_context* ctx, const char* preset, const reco_c
                         cudaStream_t stream, reco_cuda_result_location where, reco_cuda_result* result,
                         const reco_cuda_result** workspace_result);
 
+/* reco_cuda_objective with parameters set by key: `count` pairs of a key "<component>.<field>"
+ * (e.g. "clip.eps_high"; reco_cuda_override_key lists a preset's keys) and its value, applied in
+ * order to the preset's constants. A real parameter takes any value its range check accepts, a
+ * flag 0 or 1, a choice the index of its label (e.g. "clip.dual_clip": 0 off, 1 hard, 2 soft).
+ * `keys` (NUL-terminated strings) and `values` are host memory; count 0 is reco_cuda_objective.
+ * An unknown key, a bad value, a key given twice or a parameter out of range is
+ * RECO_CUDA_INVALID_ARGUMENT with a message naming "overrides.<key>", before any device work. */
+int reco_cuda_objective_overrides(reco_cuda_context* ctx, const char* preset, const char* const* keys,
+                                  const double* values, int64_t count, const reco_cuda_objective_args* args,
+                                  cudaStream_t stream, reco_cuda_result_location where, reco_cuda_result* result,
+                                  const reco_cuda_result** workspace_result);
+/* Checks overrides for a preset as reco_cuda_objective_overrides does, without running anything
+ * (no device needed): 0, or RECO_CUDA_INVALID_ARGUMENT with the message. */
+int reco_cuda_check_overrides(const char* preset, const char* const* keys, const double* values, int64_t count);
+
 int reco_cuda_logits_forward(const reco_cuda_logits_args* args, cudaStream_t stream);
 int reco_cuda_logits_backward(const reco_cuda_logits_args* args, cudaStream_t stream);
 
 /* The k-th preset name (NULL past the last). */
 const char* reco_cuda_preset_name(int k);
+/* The k-th override key `preset` accepts (NULL past the last; NULL for an unknown preset, with
+ * reco_cuda_last_error naming "preset"). The string is static. */
+const char* reco_cuda_override_key(const char* preset, int k);
 /* The calling thread's last error message ("" when none). */
 const char* reco_cuda_last_error(void);
 /* A status word as "argument: what" ("ok" for 0); the string is static. */

@@ -28,9 +28,9 @@
 
 #include "reco/batch.hpp"
 #include "reco/objective.hpp"
+#include "reco/registry.hpp"
 #include "reco/result.hpp"
 #include "reco/torch/detail/cpu_run.hpp"
-#include "reco/torch/detail/params.hpp"
 #include "reco/torch/detail/request.hpp"
 #include "reco/torch/stats.hpp"
 
@@ -78,11 +78,11 @@ const std::vector<std::string>& preset_names();
 // The override keys a preset accepts ("clip.eps_high", "kl.beta", ...).
 std::vector<std::string> override_keys(const std::string& preset);
 
-// Sets parameters of any objective by key (see detail/params.hpp for the key grammar); throws
+// Sets parameters of any objective by key (the key grammar: reco/registry.hpp); throws
 // reco::error naming an unknown key, then validates the objective's parameters.
 template <class Objective>
 void set_params(Objective& obj, const std::map<std::string, double>& overrides) {
-  detail::apply_overrides(obj, overrides, "this objective");
+  registry::apply_overrides(obj, overrides, "this objective");
 }
 
 namespace detail {

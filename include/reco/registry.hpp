@@ -1,0 +1,397 @@
+// One registry for both adapters: the presets by name, and parameters set by key.
+//
+// Presets. preset_table below is the only list of (name, type); the name list, lookup by name,
+// the compile-time visit over an index range (visit_preset<Lo, Hi>: a library may compile the
+// presets in several translation units, each taking a range) and what each preset reads all
+// come from it. Adding a preset: define it in reco/presets.hpp and add one line here.
+//
+// Keys. A key is "<component>.<field>": the component is the objective's member (advantage,
+// ratio, clip, weight, aggregate, select, kl, entropy) and the fields are those the component
+// declares beside its parameters:
+//   template <class V>
+//   static void fields(params_type& p, V&& v) { v("eps_low", p.eps_low); v("dual_clip", p.dual_clip); }
+// A double takes any value but NaN (the objective's validate() checks ranges afterwards); a
+// bool is a flag and takes 0 or 1; an enumeration takes the index of its label (labels_of(E),
+// declared beside the enumeration; reco/component.hpp). Errors name "overrides.<key>".
+//
+// Plain C++17: no LibTorch, no CUDA.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "reco/config.hpp"
+#include "reco/objective_needs.hpp"
+#include "reco/presets.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace registry {
+
+// ---- presets ---------------------------------------------------------------------------------
+
+template <class T>
+struct preset_entry {
+  using type = T;
+  const char* name;
+};
+
+// The presets, in the order of their indices (the C interface's reco_cuda_preset_name(k)).
+inline constexpr auto preset_table = std::make_tuple(
+    preset_entry<presets::grpo>{"grpo"},
+    preset_entry<presets::dr_grpo>{"dr_grpo"},
+    preset_entry<presets::dapo>{"dapo"},
+    preset_entry<presets::gspo>{"gspo"},
+    preset_entry<presets::cispo>{"cispo"},
+    preset_entry<presets::aspo>{"aspo"},
+    preset_entry<presets::reco>{"reco"},
+    preset_entry<presets::reco_no_cap>{"reco_no_cap"},
+    preset_entry<presets::reco_response_only>{"reco_response_only"},
+    preset_entry<presets::reco_token_only>{"reco_token_only"},
+    preset_entry<presets::dapo_reco>{"dapo_reco"},
+    preset_entry<presets::rule_80_20>{"rule_80_20"},
+    preset_entry<presets::rule_80_20_reco>{"rule_80_20_reco"});
+
+using preset_table_type = std::decay_t<decltype(preset_table)>;
+inline constexpr int preset_count = static_cast<int>(std::tuple_size_v<preset_table_type>);
+
+// The type of the preset at index I.
+template <int I>
+using preset_type = typename std::tuple_element_t<static_cast<std::size_t>(I), preset_table_type>::type;
+
+namespace impl {
+template <std::size_t... I>
+constexpr auto name_table(std::index_sequence<I...>) {
+  struct table {
+    const char* names[sizeof...(I)];
+  };
+  return table{{std::get<I>(preset_table).name...}};
+}
+template <std::size_t... I>
+constexpr auto needs_table(std::index_sequence<I...>) {
+  struct table {
+    objective_needs needs[sizeof...(I)];
+  };
+  return table{{needs_of<typename std::tuple_element_t<I, preset_table_type>::type>()...}};
+}
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+}  // namespace impl
+
+// preset_names_table.names[k]: the name of preset k, a string literal.
+inline constexpr auto preset_names_table = impl::name_table(std::make_index_sequence<preset_count>{});
+inline constexpr auto preset_needs_table = impl::needs_table(std::make_index_sequence<preset_count>{});
+
+namespace impl {
+constexpr bool names_unique() {
+  for (int i = 0; i < preset_count; ++i)
+    for (int j = i + 1; j < preset_count; ++j)
+      if (same_text(preset_names_table.names[i], preset_names_table.names[j])) return false;
+  return true;
+}
+}  // namespace impl
+static_assert(impl::names_unique(), "reco::registry::preset_table: two presets share a name");
+
+// The name of preset `index` (nullptr outside [0, preset_count)).
+inline const char* preset_name(int index) {
+  return index >= 0 && index < preset_count ? preset_names_table.names[index] : nullptr;
+}
+
+inline const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names(preset_names_table.names, preset_names_table.names + preset_count);
+  return names;
+}
+
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + v[k];
+  return s;
+}
+
+// The index of a preset; throws reco::error naming "preset" (and listing the known names).
+inline int preset_index(const std::string& name) {
+  for (int k = 0; k < preset_count; ++k)
+    if (name == preset_names_table.names[k]) return k;
+  ::reco::detail::fail("preset", "unknown preset '" + name + "' (known: " + join(preset_names()) + ")");
+}
+
+// Calls f(preset object) for the preset at `index` if it lies in [Lo, Hi); returns whether it
+// did. Only the presets of the range are instantiated.
+template <int Lo, int Hi, class F>
+bool visit_preset(int index, F&& f) {
+  static_assert(0 <= Lo && Hi <= preset_count, "visit_preset: range outside the preset table");
+  if constexpr (Lo >= Hi) {
+    return false;
+  } else {
+    if (index == Lo) {
+      f(preset_type<Lo>{});
+      return true;
+    }
+    return visit_preset<Lo + 1, Hi>(index, std::forward<F>(f));
+  }
+}
+
+namespace impl {
+template <int I, class F>
+decltype(auto) with_preset_at(int index, F& f) {
+  if constexpr (I + 1 == preset_count) {
+    return f(preset_type<I>{});
+  } else {
+    if (index == I) return f(preset_type<I>{});
+    return with_preset_at<I + 1>(index, f);
+  }
+}
+}  // namespace impl
+
+// Returns f(preset object) for the preset called `name` (f returns one type for every preset);
+// throws reco::error naming "preset" for an unknown name.
+template <class F>
+decltype(auto) with_preset(const std::string& name, F&& f) {
+  return impl::with_preset_at<0>(preset_index(name), f);
+}
+
+// What preset `index` reads and writes (a table computed at compile time).
+inline objective_needs needs_of_preset(int index) {
+  ::reco::detail::require(index >= 0 && index < preset_count, "preset",
+                          "index " + std::to_string(index) + " outside [0, " + std::to_string(preset_count) + ")");
+  return preset_needs_table.needs[index];
+}
+inline objective_needs needs_of_preset(const std::string& name) { return needs_of_preset(preset_index(name)); }
+
+// ---- fields and keys -------------------------------------------------------------------------
+
+// Calls f(component key, component) for each component of an objective.
+template <class Obj, class F>
+void for_each_component(Obj& obj, F&& f) {
+  f("advantage", obj.advantage);
+  f("ratio", obj.ratio);
+  f("clip", obj.clip);
+  f("weight", obj.weight);
+  f("aggregate", obj.aggregate);
+  f("select", obj.select);
+  f("kl", obj.kl);
+  f("entropy", obj.entropy);
+}
+
+namespace impl {
+struct probe_visitor {
+  template <class T>
+  void operator()(const char*, T&) const {}
+};
+template <class C, class = void>
+struct has_fields : std::false_type {};
+template <class C>
+struct has_fields<C, std::void_t<decltype(C::fields(std::declval<typename C::params_type&>(),
+                                                    std::declval<probe_visitor&>()))>> : std::true_type {};
+template <class E, class = void>
+struct has_labels : std::false_type {};
+template <class E>
+struct has_labels<E, std::void_t<decltype(labels_of(E{}))>> : std::true_type {};
+}  // namespace impl
+
+// Whether component C declares fields (components without parameters need not).
+template <class C>
+inline constexpr bool has_fields_v = impl::has_fields<C>::value;
+
+// Calls v(name, field) for each field component c declares.
+template <class C, class V>
+void visit_fields(C& c, V&& v) {
+  if constexpr (has_fields_v<C>) C::fields(c.params, v);
+}
+
+// What kind of value a field holds; the registry knows double, bool and enumerations.
+template <class T>
+constexpr void check_field_type() {
+  static_assert(std::is_same_v<T, double> || std::is_same_v<T, bool> || std::is_enum_v<T>,
+                "reco::registry: a field must be a double, a bool or an enumeration");
+  if constexpr (std::is_enum_v<T>)
+    static_assert(impl::has_labels<T>::value,
+                  "reco::registry: an enumeration field needs labels_of(E) beside the enumeration "
+                  "(reco/component.hpp, choice_labels)");
+}
+
+template <class E>
+std::string describe_choices(E) {
+  const auto labels = labels_of(E{});
+  std::string s;
+  for (int k = 0; k < labels.size; ++k) s += (k ? ", " : "") + std::to_string(k) + " (" + labels.names[k] + ")";
+  return s;
+}
+
+enum class field_kind { real, flag, choice };
+
+// One settable field: its key, kind and, for a choice, the labels of its indices.
+struct field_info {
+  std::string key;
+  field_kind kind = field_kind::real;
+  std::vector<std::string> labels;
+};
+
+namespace impl {
+
+// Sets the field named `field` if the visited component has it.
+struct field_setter {
+  const std::string& field;
+  const std::string& key;
+  double value;
+  bool found = false;
+
+  template <class T>
+  void operator()(const char* name, T& dst) {
+    check_field_type<T>();
+    if (field != name) return;
+    found = true;
+    if constexpr (std::is_same_v<T, double>) {
+      // Ranges are the objective's to check; NaN is never a setting.
+      if (std::isnan(value)) ::reco::detail::fail("overrides." + key, "is NaN");
+      dst = value;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (value != 0.0 && value != 1.0) ::reco::detail::fail("overrides." + key, "is a flag: use 0 or 1");
+      dst = value != 0.0;
+    } else {
+      const int n = labels_of(T{}).size;
+      if (!(value >= 0 && value < n) || value != std::floor(value))
+        ::reco::detail::fail("overrides." + key, "is a choice: use " + describe_choices(T{}));
+      dst = static_cast<T>(static_cast<int>(value));
+    }
+  }
+};
+
+// Reads the field named `field` as a double (flags 0/1, choices their index).
+struct field_getter {
+  const std::string& field;
+  double value = 0;
+  bool found = false;
+
+  template <class T>
+  void operator()(const char* name, T& src) {
+    check_field_type<T>();
+    if (field != name) return;
+    found = true;
+    if constexpr (std::is_enum_v<T>)
+      value = static_cast<double>(static_cast<int>(src));
+    else
+      value = static_cast<double>(src);
+  }
+};
+
+struct field_lister {
+  const char* prefix;
+  std::vector<field_info>* out;
+  template <class T>
+  void operator()(const char* name, T&) {
+    check_field_type<T>();
+    field_info f;
+    f.key = std::string(prefix) + "." + name;
+    if constexpr (std::is_same_v<T, double>) {
+      f.kind = field_kind::real;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      f.kind = field_kind::flag;
+    } else {
+      f.kind = field_kind::choice;
+      const auto labels = labels_of(T{});
+      for (int k = 0; k < labels.size; ++k) f.labels.emplace_back(labels.names[k]);
+    }
+    out->push_back(std::move(f));
+  }
+};
+
+template <class Obj>
+std::vector<field_info> fields_of(Obj& obj) {
+  std::vector<field_info> out;
+  for_each_component(obj, [&](const char* prefix, auto& c) { visit_fields(c, field_lister{prefix, &out}); });
+  return out;
+}
+
+// Runs visit(component, field) on the component the key names (visit returns whether the
+// component has that field); throws reco::error naming
+// "overrides.<key>" when the key names no field of this objective.
+template <class Obj, class Visit>
+void visit_key(Obj& obj, const std::string& key, const std::string& what, Visit&& visit) {
+  const auto dot = key.find('.');
+  const std::string component = dot == std::string::npos ? key : key.substr(0, dot);
+  const std::string field = dot == std::string::npos ? std::string() : key.substr(dot + 1);
+  bool known_component = false, found = false;
+  for_each_component(obj, [&](const char* prefix, auto& c) {
+    if (component != prefix) return;
+    known_component = true;
+    found = visit(c, field);
+  });
+  if (found) return;
+  std::vector<std::string> keys;
+  for (const field_info& f : fields_of(obj)) keys.push_back(f.key);
+  ::reco::detail::fail("overrides." + key,
+                       std::string(known_component ? "is not a parameter of " : "is not a known key for ") + what +
+                           " (its keys: " + (keys.empty() ? std::string("none") : join(keys)) + ")");
+}
+
+}  // namespace impl
+
+// Every field an objective accepts, in component order, with its kind.
+template <class Obj>
+std::vector<field_info> override_fields(Obj obj) {
+  return impl::fields_of(obj);
+}
+
+// Every key an objective accepts, in component order.
+template <class Obj>
+std::vector<std::string> override_keys(Obj obj) {
+  std::vector<std::string> keys;
+  for (const field_info& f : impl::fields_of(obj)) keys.push_back(f.key);
+  return keys;
+}
+
+// The keys preset `name` accepts.
+inline std::vector<std::string> preset_override_keys(const std::string& name) {
+  return with_preset(name, [](auto obj) { return override_keys(obj); });
+}
+
+// Sets one key; throws reco::error naming "overrides.<key>" for a key the objective lacks or a
+// value its field cannot take. Does not validate the objective (apply_overrides does).
+template <class Obj>
+void set_override(Obj& obj, const std::string& key, double value, const std::string& what = "this objective") {
+  impl::visit_key(obj, key, what, [&](auto& c, const std::string& field) {
+    impl::field_setter s{field, key, value};
+    visit_fields(c, s);
+    return s.found;
+  });
+}
+
+// The value of one key (flags as 0 or 1, choices as their index).
+template <class Obj>
+double get_override(Obj obj, const std::string& key, const std::string& what = "this objective") {
+  double value = 0;
+  impl::visit_key(obj, key, what, [&](auto& c, const std::string& field) {
+    impl::field_getter g{field};
+    visit_fields(c, g);
+    value = g.value;
+    return g.found;
+  });
+  return value;
+}
+
+// (key, value) pairs in the order they are applied.
+using override_list = std::vector<std::pair<std::string, double>>;
+
+// Applies overrides (any range of (key, value) pairs: a std::map, an override_list), then runs
+// the objective's own parameter checks. `what` names the objective in errors ("preset 'reco'").
+template <class Obj, class Overrides = override_list>
+void apply_overrides(Obj& obj, const Overrides& overrides, const std::string& what = "this objective") {
+  std::vector<std::string> seen;
+  for (const auto& entry : overrides) {
+    for (const std::string& k : seen)
+      if (k == entry.first) ::reco::detail::fail("overrides." + k, "is given twice");
+    seen.push_back(entry.first);
+    set_override(obj, entry.first, entry.second, what);
+  }
+  obj.validate();
+}
+
+}  // namespace registry
+RECO_NAMESPACE_END
