@@ -423,7 +423,7 @@ TEST(TokenChecks, LogProbabilitiesAreCheckedForEveryPreset) {
   namespace ps = reco::presets;
   // Token and sequence ratios, with and without a KL term: a positive log-probability (often a
   // negative log-likelihood passed by mistake) is rejected by all of them.
-  for (auto* field : {&mb::logp, &mb::old_logp}) {
+  for (auto field : {&mb::logp, &mb::old_logp}) {
     const std::string arg = field == &mb::logp ? "batch.logp" : "batch.old_logp";
     expect_named(ps::grpo{}, "grpo", log_probability_cases(field, arg));
     expect_named(ps::dapo{}, "dapo", log_probability_cases(field, arg));

@@ -1,5 +1,7 @@
-// The per-token pass: each token's loss contribution, its gradient and its diagnostics, plus the
-// single-thread steps around it (aggregation counts before, the result after).
+// The per-token pass: the loops that load each token, call the token body (token_body.hpp: its
+// loss contribution, gradient and diagnostics) and add up what it returns, one token at a time or
+// on SIMD packs; plus the single-thread steps around it (aggregation counts before, the result
+// after).
 #pragma once
 
 #include <cmath>
