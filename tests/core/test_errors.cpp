@@ -316,3 +316,156 @@ TEST(Errors, BatchHelpers) {
 }
 
 }  // namespace
+
+// ---- per-token value checks: every preset, every cause, the failing token named -------------
+
+namespace token_value_tests {
+
+struct caught {
+  std::string argument, message;
+};
+
+// Runs obj on the CPU (packed or scalar token loops) and returns the error it throws.
+template <class Obj>
+caught run_on(const Obj& obj, const reco_test::master_batch& m, bool vectorise) {
+  typed_batch<double> tb(m);
+  std::vector<double> g(tb.logp.size()), gh(tb.logp.size());
+  reco::gradients<double> gr{g, Obj::has_entropy_gradient ? reco::span<double>(gh) : reco::span<double>()};
+  reco::cpu be;
+  be.vectorise = vectorise;
+  reco::workspace<reco::cpu> ws;
+  try {
+    obj(be, tb.view(), gr, ws);
+  } catch (const reco::error& e) {
+    return {e.argument(), e.what()};
+  }
+  return {};
+}
+
+// A valid token that is neither the first nor the last of its response, in a response past the
+// first (so that the position and the response index are both informative), and the token's
+// response and position.
+struct target {
+  std::size_t t = 0;
+  index_t response = 0, position = 0;
+};
+target pick(const reco_test::master_batch& m) {
+  for (index_t i = 1; i < m.R; ++i) {
+    int seen = 0;
+    for (index_t t = m.begin(i); t < m.end(i); ++t)
+      if (m.mask[static_cast<std::size_t>(t)] && ++seen == 2) return {static_cast<std::size_t>(t), i, t - m.begin(i)};
+  }
+  ADD_FAILURE() << "no response with two valid tokens";
+  return {};
+}
+
+reco_test::master_batch batch(bool padded) {
+  batch_spec s;
+  s.padded = padded;
+  s.groups = 5;
+  s.max_group = 4;
+  s.max_length = 9;
+  s.masked_row = 0.0;
+  s.token_weights = true;
+  return make_batch(21, s);
+}
+
+struct poison {
+  std::vector<double> reco_test::master_batch::*field;
+  std::string argument;
+  double value;
+  std::string cause;  // what the message must say about the value
+};
+
+template <class Obj>
+void expect_named(const Obj& obj, const std::string& preset, const std::vector<poison>& cases) {
+  for (bool padded : {false, true})
+    for (const poison& p : cases) {
+      reco_test::master_batch m = batch(padded);
+      const target at = pick(m);
+      (m.*p.field)[at.t] = p.value;
+      // A later bad token of the same input: the first one is named.
+      for (std::size_t t = at.t + 1; t < m.mask.size(); ++t)
+        if (m.mask[t]) {
+          (m.*p.field)[t] = p.value;
+          break;
+        }
+      const std::string where = "token " + std::to_string(at.t) + " (response " + std::to_string(at.response) +
+                                ", position " + std::to_string(at.position) + ") ";
+      for (bool vectorise : {true, false}) {
+        SCOPED_TRACE(preset + " " + p.argument + " = " + std::to_string(p.value) + (padded ? " padded" : " packed") +
+                     (vectorise ? " packed loops" : " scalar loops"));
+        const caught e = run_on(obj, m, vectorise);
+        EXPECT_EQ(e.argument, p.argument);
+        EXPECT_NE(e.message.find(p.argument + ": " + where + p.cause), std::string::npos) << e.message;
+      }
+    }
+}
+
+using mb = reco_test::master_batch;
+const std::string must_be_log = "; log-probabilities must be <= 0";
+
+std::vector<poison> log_probability_cases(std::vector<double> mb::*field, const std::string& argument) {
+  return {{field, argument, nan_v, "is NaN"},
+          {field, argument, inf_v, "is +inf"},
+          {field, argument, -inf_v, "is -inf"},
+          {field, argument, 0.31, "is positive (0.31)" + must_be_log},
+          {field, argument, 1e-300, "is positive (1e-300)" + must_be_log}};
+}
+
+std::vector<poison> weight_cases() {
+  return {{&mb::token_weights, "batch.token_weights", nan_v, "is NaN"},
+          {&mb::token_weights, "batch.token_weights", inf_v, "is +inf"},
+          {&mb::token_weights, "batch.token_weights", -0.5, "is negative (-0.5); weights must be >= 0"}};
+}
+
+TEST(TokenChecks, LogProbabilitiesAreCheckedForEveryPreset) {
+  namespace ps = reco::presets;
+  // Token and sequence ratios, with and without a KL term: a positive log-probability (often a
+  // negative log-likelihood passed by mistake) is rejected by all of them.
+  for (auto field : {&mb::logp, &mb::old_logp}) {
+    const std::string arg = field == &mb::logp ? "batch.logp" : "batch.old_logp";
+    expect_named(ps::grpo{}, "grpo", log_probability_cases(field, arg));
+    expect_named(ps::dapo{}, "dapo", log_probability_cases(field, arg));
+    expect_named(ps::gspo{}, "gspo", log_probability_cases(field, arg));
+    expect_named(ps::reco{}, "reco", log_probability_cases(field, arg));
+  }
+  // ref_logp is read (and checked) when a KL term is on.
+  expect_named(ps::grpo{}, "grpo", log_probability_cases(&mb::ref_logp, "batch.ref_logp"));
+  expect_named(ps::reco{}, "reco", log_probability_cases(&mb::ref_logp, "batch.ref_logp"));
+}
+
+TEST(TokenChecks, EntropyAndTokenWeights) {
+  namespace ps = reco::presets;
+  const std::vector<poison> entropy = {{&mb::entropy, "batch.entropy", nan_v, "is NaN"},
+                                       {&mb::entropy, "batch.entropy", inf_v, "is +inf"},
+                                       {&mb::entropy, "batch.entropy", -inf_v, "is -inf"}};
+  expect_named(ps::rule_80_20{}, "rule_80_20", entropy);
+  expect_named(ps::rule_80_20_reco{}, "rule_80_20_reco", entropy);
+  expect_named(ps::grpo{}, "grpo", weight_cases());
+  expect_named(ps::dapo_reco{}, "dapo_reco", weight_cases());
+}
+
+TEST(TokenChecks, LimitsAreAccepted) {
+  // 0 and the most negative finite value are log-probabilities; a zero token weight is a weight.
+  for (double lp : {0.0, -0.0, -1.7976931348623157e308}) {
+    reco_test::master_batch m = batch(false);
+    const target at = pick(m);
+    m.logp[at.t] = lp;
+    m.old_logp[at.t] = lp;
+    m.ref_logp[at.t] = lp;
+    m.token_weights[at.t] = 0.0;
+    for (bool vectorise : {true, false}) {
+      EXPECT_EQ(run_on(reco::presets::grpo{}, m, vectorise).message, "") << lp;
+      EXPECT_EQ(run_on(reco::presets::dapo{}, m, vectorise).message, "") << lp;
+    }
+  }
+  // Masked tokens are never checked, whatever they hold.
+  reco_test::master_batch m = batch(true);
+  for (std::size_t t = 0; t < m.mask.size(); ++t)
+    if (!m.mask[t]) m.logp[t] = m.old_logp[t] = m.ref_logp[t] = 0.7;
+  EXPECT_EQ(run_on(reco::presets::grpo{}, m, true).message, "");
+  EXPECT_EQ(run_on(reco::presets::grpo{}, m, false).message, "");
+}
+
+}  // namespace token_value_tests

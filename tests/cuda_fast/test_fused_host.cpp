@@ -497,6 +497,23 @@ TEST(FusedEmulation, BadDataIsFlaggedLikeTheGenericPath) {
     m.old_logp[static_cast<std::size_t>(t)] = 0.5;  // a probability above 1 for the variance ratio
     expect_flagged(ps::reco{}, m, "batch.old_logp", "old_logp > 0");
   }
+  // A positive log-probability (a negative log-likelihood passed by mistake) is rejected by
+  // every preset, not only by the variance ratio.
+  {
+    master_batch m = base;
+    m.logp[static_cast<std::size_t>(t)] = 0.25;
+    expect_flagged(ps::grpo{}, m, "batch.logp", "logp > 0, token ratio");
+  }
+  {
+    master_batch m = base;
+    m.old_logp[static_cast<std::size_t>(t)] = 0.25;
+    expect_flagged(ps::gspo{}, m, "batch.old_logp", "old_logp > 0, sequence ratio");
+  }
+  {
+    master_batch m = base;
+    m.ref_logp[static_cast<std::size_t>(t)] = 0.25;
+    expect_flagged(ps::grpo{}, m, "batch.ref_logp", "ref_logp > 0");
+  }
   {
     master_batch m = base;
     m.ref_logp[static_cast<std::size_t>(t)] = INFINITY;

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 #include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/token_body.hpp"
 #include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
@@ -58,7 +61,6 @@ batch_pointers<T> pointers_of(const batch_view<T>& b) {
 
 // Which optional inputs a call reads and checks.
 struct input_checks {
-  bool probabilities = false;  // logp, old_logp <= 0 (variance ratio)
   bool ref = false;
   bool entropy = false;
   bool rewards = false;
@@ -100,29 +102,29 @@ struct scan_response_fn {
 #endif
   }
 
+  // Which per-token inputs the value checks read.
+  RECO_HOST_DEVICE token_checks per_token_checks() const {
+    return token_checks{b.old_logp != nullptr, checks.ref, checks.entropy, b.token_weights != nullptr};
+  }
+
   // The tokens [begin, end) one at a time.
   RECO_HOST_DEVICE token_scan scan_tokens(index_t begin, index_t end) const {
     token_scan s;
+    const token_checks which = per_token_checks();
+    token_faults<double> faults;
     for (index_t t = begin; t < end; ++t) {
       if (!b.valid(t)) continue;
       ++s.n;
       if (s.first < 0) s.first = t;
       s.last = t;
       const double lp = static_cast<double>(b.logp[t]);
-      if (!finite(lp) || (checks.probabilities && lp > 0)) s.status |= bad_logp;
-      double old = lp;
-      if (b.old_logp) {
-        old = static_cast<double>(b.old_logp[t]);
-        if (!finite(old) || (checks.probabilities && old > 0)) s.status |= bad_old_logp;
-      }
+      const double old = b.old_logp ? static_cast<double>(b.old_logp[t]) : lp;
       s.old_sum += old;
-      if (checks.ref && !finite(static_cast<double>(b.ref_logp[t]))) s.status |= bad_ref_logp;
-      if (checks.entropy && !finite(static_cast<double>(b.entropy[t]))) s.status |= bad_entropy;
-      if (b.token_weights) {
-        const double w = static_cast<double>(b.token_weights[t]);
-        if (!finite(w) || w < 0) s.status |= bad_token_weights;
-      }
+      token_value_checks(faults, which, true, lp, old, which.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0,
+                         which.entropy ? static_cast<double>(b.entropy[t]) : 0.0,
+                         which.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
     }
+    s.status |= fault_status(faults);
     return s;
   }
 
@@ -158,7 +160,7 @@ template <class T>
 struct packed_scan {
   template <int W>
   struct lanes_state {
-    simd::mask<W> logp_bad = false, old_bad = false, ref_bad = false, entropy_bad = false, weights_bad = false;
+    token_faults<simd::pack<W>> faults;
     simd::pack<W> old_sum = 0.0;
     simd::counter<W> n;
   };
@@ -175,17 +177,14 @@ struct packed_scan {
     if (first > last) return;  // no valid token
     s.first = first;
     s.last = last;
+    const token_checks which = f.per_token_checks();
     lanes_state<W> st;
     index_t t = first;
-    for (; t + W <= last + 1; t += W) step<W, true>(f, t, W, st);
-    if (t <= last) step<W, false>(f, t, static_cast<int>(last + 1 - t), st);
+    for (; t + W <= last + 1; t += W) step<W, true>(f, which, t, W, st);
+    if (t <= last) step<W, false>(f, which, t, static_cast<int>(last + 1 - t), st);
     s.n = static_cast<index_t>(st.n.total());
     s.old_sum = simd::sum_lanes(st.old_sum);
-    if (simd::any(st.logp_bad)) s.status |= bad_logp;
-    if (simd::any(st.old_bad)) s.status |= bad_old_logp;
-    if (simd::any(st.ref_bad)) s.status |= bad_ref_logp;
-    if (simd::any(st.entropy_bad)) s.status |= bad_entropy;
-    if (simd::any(st.weights_bad)) s.status |= bad_token_weights;
+    s.status |= fault_status(st.faults);
   }
 
   template <int W, bool Full>
@@ -193,39 +192,80 @@ struct packed_scan {
     if constexpr (Full) return simd::load<W>(src);
     else return simd::load_first<W>(src, n);
   }
-  // x - x == 0: false for NaN and +-inf.
-  template <int W>
-  static RECO_SIMD_INLINE simd::mask<W> finite_lanes(const simd::pack<W>& x) {
-    return x - x == simd::pack<W>(0.0);
-  }
 
   template <int W, bool Full>
-  static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, index_t t, int n, lanes_state<W>& st) {
+  static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, const token_checks& which, index_t t, int n,
+                                    lanes_state<W>& st) {
     using P = simd::pack<W>;
     using M = simd::mask<W>;
     const batch_pointers<T>& b = f.b;
-    const input_checks& checks = f.checks;
     M valid = Full ? M(true) : simd::first_lanes<W>(n);
     if (b.mask)
       valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
     const P lp = load<W, Full>(b.logp + t, n);
-    st.logp_bad = st.logp_bad || (valid && !(finite_lanes(lp) && (!checks.probabilities || lp <= P(0.0))));
-    P old = lp;
-    if (b.old_logp) {
-      old = load<W, Full>(b.old_logp + t, n);
-      st.old_bad = st.old_bad || (valid && !(finite_lanes(old) && (!checks.probabilities || old <= P(0.0))));
-    }
+    const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
     st.old_sum += simd::select(valid, old, P(0.0));
-    if (checks.ref) st.ref_bad = st.ref_bad || (valid && !finite_lanes(load<W, Full>(b.ref_logp + t, n)));
-    if (checks.entropy) st.entropy_bad = st.entropy_bad || (valid && !finite_lanes(load<W, Full>(b.entropy + t, n)));
-    if (b.token_weights) {
-      const P w = load<W, Full>(b.token_weights + t, n);
-      st.weights_bad = st.weights_bad || (valid && !(finite_lanes(w) && w >= P(0.0)));
-    }
+    const P ref = which.ref_logp ? load<W, Full>(b.ref_logp + t, n) : P(0.0);
+    const P h = which.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
+    const P w = which.token_weights ? load<W, Full>(b.token_weights + t, n) : P(0.0);
+    token_value_checks(st.faults, which, valid, lp, old, ref, h, w);
     st.n.add(valid);
   }
 };
 #endif  // RECO_SIMD
+
+// ---- the error path of a host-accessible backend --------------------------------------------
+//
+// The status word says which input failed a value check, not where or how. When the data can be
+// read on the host, the first failing token of that input is looked up (the cost is irrelevant
+// on this path) and named with its position and cause.
+
+// What is wrong with one value of a per-token input ("" when nothing), per token_value_checks.
+inline std::string token_fault_cause(std::uint32_t bit, double x) {
+  char value[32];
+  std::snprintf(value, sizeof value, "%.6g", x);
+  if (x != x) return "is NaN";
+  if (x - x != 0) return x > 0 ? "is +inf" : "is -inf";
+  if ((bit == bad_logp || bit == bad_old_logp || bit == bad_ref_logp) && x > 0)
+    return std::string("is positive (") + value + "); log-probabilities must be <= 0";
+  if (bit == bad_token_weights && x < 0) return std::string("is negative (") + value + "); weights must be >= 0";
+  return "";
+}
+
+// For a token-value bit: "token t (response i, position k) <cause>" of the first failing valid
+// token of that input, "" when none is found (or the bit is not a token-value bit).
+template <class T>
+std::string locate_token_fault(const batch_pointers<T>& b, std::uint32_t bit) {
+  const T* values = bit == bad_logp            ? b.logp
+                    : bit == bad_old_logp      ? b.old_logp
+                    : bit == bad_ref_logp      ? b.ref_logp
+                    : bit == bad_entropy       ? b.entropy
+                    : bit == bad_token_weights ? b.token_weights
+                                               : nullptr;
+  if (values == nullptr) return "";
+  const token_layout& L = b.layout;
+  for (index_t i = 0; i < L.responses; ++i)
+    for (index_t t = L.begin(i); t < L.end(i); ++t) {
+      if (!b.valid(t)) continue;
+      const std::string cause = token_fault_cause(bit, static_cast<double>(values[t]));
+      if (!cause.empty())
+        return "token " + std::to_string(t) + " (response " + std::to_string(i) + ", position " +
+               std::to_string(t - L.begin(i)) + ") " + cause;
+    }
+  return "";
+}
+
+// Throws for the first error in `status` (the order of describe_status), naming the failing
+// token of a per-token input. Offsets come first in that order, so the layout can be walked.
+template <class T>
+void throw_data_error(const batch_pointers<T>& b, std::uint32_t status) {
+  for (const auto& e : status_table) {
+    if (!(status & e.bit)) continue;
+    const std::string where = locate_token_fault(b, e.bit);
+    if (!where.empty()) fail(e.argument, where);
+    fail(e.argument, e.what);
+  }
+}
 
 // Pass 2, per group: group offsets, the estimator's group stage, raw capped weights and the
 // group-mean weight normalisation.

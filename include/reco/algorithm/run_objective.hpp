@@ -98,7 +98,6 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   using adv_t = typename Objective::advantage_type;
   constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
   input_checks checks;
-  checks.probabilities = Objective::ratio_type::needs_probabilities;
   checks.ref = Objective::kl_type::active;
   checks.entropy = Objective::needs_entropy;
   checks.rewards = reads_rewards;
@@ -111,7 +110,9 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
   be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
   be.for_each(1, batch_stats_fn<Objective>{s, obj});
-  if constexpr (Backend::host_accessible) throw_if_error(s->status);
+  if constexpr (Backend::host_accessible) {
+    if (s->status) throw_data_error(b, s->status);
+  }
 
   if (adv_t::batch_stage != advantage_batch_stage::none ||
       obj.weight.normalisation() == weight_normalisation::batch_mean)

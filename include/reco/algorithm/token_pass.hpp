@@ -1,5 +1,7 @@
-// The per-token pass: each token's loss contribution, its gradient and its diagnostics, plus the
-// single-thread steps around it (aggregation counts before, the result after).
+// The per-token pass: the loops that load each token, call the token body (token_body.hpp: its
+// loss contribution, gradient and diagnostics) and add up what it returns, one token at a time or
+// on SIMD packs; plus the single-thread steps around it (aggregation counts before, the result
+// after).
 #pragma once
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/token_body.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
 #include "reco/detail/simd.hpp"
@@ -17,25 +20,6 @@
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
-
-// The policy-gradient surrogate of one token: a self-clipped ratio form computes it alone,
-// any other goes through the clip policy.
-template <class Obj, class V>
-RECO_TOKEN_MATH basic_surrogate_value<V> policy_surrogate(const Obj& obj, const basic_token_context<V>& c) {
-  basic_surrogate_value<V> s;
-  if constexpr (Obj::ratio_type::self_clipped) {
-    s = obj.ratio.surrogate(c);
-  } else {
-    s = obj.clip.apply(obj.ratio.eval(c), c);
-  }
-  // A = 0 contributes exactly 0 loss and 0 gradient, also where an unclamped ratio overflows
-  // (0 * inf would be NaN).
-  if (c.advantage == 0) {
-    s.loss = V(0.0);
-    s.grad = V(0.0);
-  }
-  return s;
-}
 
 // Single-thread step: the counts every aggregator normalises by, with global overrides.
 template <class Obj>
@@ -137,12 +121,10 @@ struct token_fn {
   }
 
   // Adds the tokens [t0, t1) of response i to p and writes their gradients, one token at a time
-  // in double: the device path (through operator()) and the CPU's scalar path.
+  // in double: the CPU's scalar path (the device path runs the same body, token_step.hpp).
   RECO_HOST_DEVICE void accumulate_range(token_partial& p, index_t i, index_t t0, index_t t1) const {
     const response_values v = response(i);
     const double adv = v.advantage;
-    const double policy_scale = v.policy_scale;
-    const double coef = v.coef;
 
     for (index_t t = t0; t < t1; ++t) {
       if (!b.valid(t)) {
@@ -157,44 +139,39 @@ struct token_fn {
       c.advantage = adv;
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
-      double grad = 0;
-      p.valid += 1;
+      const bool keep = kept == nullptr || kept[t];
+      const double ref = Obj::kl_type::active ? static_cast<double>(b.ref_logp[t]) : 0.0;
+      const double scale =
+          b.token_weights ? v.policy_scale * static_cast<double>(b.token_weights[t]) : v.policy_scale;
+      const token_terms<double> k = token_body(obj, c, true, keep, ref, scale, v.coef);
 
-      if (kept == nullptr || kept[t]) {
-        const surrogate_value sv = policy_surrogate(obj, c);
-        const double scale = b.token_weights ? policy_scale * static_cast<double>(b.token_weights[t]) : policy_scale;
-        p.policy += scale * sv.loss;
-        grad += scale * sv.grad;
+      p.valid += 1;
+      if (keep) {
+        p.policy += k.policy;
         p.policy_tokens += 1;
-        if (sv.clipped) {
+        if (k.clipped) {
           p.clipped += 1;
           if (adv < 0) p.clip_low += 1;
           if (adv > 0) p.clip_high += 1;
         }
-        if (sv.dual) p.dual += 1;
-        p.ppo_kl += c.old_logp - c.logp;
-        p.ratio_sum += sv.x;
-        p.ratio_min = sv.x < p.ratio_min ? sv.x : p.ratio_min;
-        p.ratio_max = sv.x > p.ratio_max ? sv.x : p.ratio_max;
+        if (k.dual) p.dual += 1;
+        p.ppo_kl += k.ppo_kl;
+        p.ratio_sum += k.x;
+        p.ratio_min = k.x < p.ratio_min ? k.x : p.ratio_min;
+        p.ratio_max = k.x > p.ratio_max ? k.x : p.ratio_max;
         p.entropy_kept_sum += c.entropy;
       }
       if constexpr (Obj::kl_type::active) {
-        const kl_value k = obj.kl.eval(c.logp, static_cast<double>(b.ref_logp[t]));
-        p.kl += obj.kl.params.beta * coef * k.value;
-        grad += obj.kl.params.beta * coef * k.grad;
-        p.kl_sum += k.value;
+        p.kl += obj.kl.params.beta * v.coef * k.kl;
+        p.kl_sum += k.kl;
       }
-      if constexpr (Obj::entropy_type::active) {
-        p.entropy -= obj.entropy.params.coef * coef * c.entropy;
-        grad_entropy[t] = static_cast<T>(-obj.entropy.params.coef * coef);
-      } else {
-        if (grad_entropy) grad_entropy[t] = T(0);
-      }
+      if constexpr (Obj::entropy_type::active) p.entropy += k.entropy_grad * c.entropy;
+      if (grad_entropy) grad_entropy[t] = static_cast<T>(k.entropy_grad);
       p.entropy_sum += c.entropy;
       const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
-      p.var_sum[third] += bernoulli_variance(c.logp, 0.0);
+      p.var_sum[third] += k.variance;
       p.var_count[third] += 1;
-      grad_logp[t] = static_cast<T>(grad);
+      grad_logp[t] = static_cast<T>(k.grad);
     }
   }
 
@@ -365,37 +342,27 @@ struct packed_kernel {
     c.sequence_log_ratio = v.sequence_log_ratio;
     c.entropy_quantile = v.entropy_quantile;
     const M policy = f.kept ? valid && flags<Full>(f.kept + t, n) : valid;
-
-    const basic_surrogate_value<P> sv = policy_surrogate(f.obj, c);
     P scale = v.policy_scale;
     if (b.token_weights) scale = v.policy_scale * simd::select(policy, load<Full>(b.token_weights + t, n), P(0.0));
-    acc.policy += simd::select(policy, scale * sv.loss, P(0.0));
-    // 0 + g, as the scalar loop accumulates: an exact zero gradient is +0.
-    P grad = P(0.0) + simd::select(policy, scale * sv.grad, P(0.0));
-    acc.policy_tokens.add(policy);
-    acc.clipped.add(policy && sv.clipped);
-    acc.dual.add(policy && sv.dual);
-    acc.ppo_kl += simd::select(policy, c.old_logp - c.logp, P(0.0));
-    acc.ratio_sum += simd::select(policy, sv.x, P(0.0));
-    acc.ratio_min = simd::select(policy && sv.x < acc.ratio_min, sv.x, acc.ratio_min);
-    acc.ratio_max = simd::select(policy && sv.x > acc.ratio_max, sv.x, acc.ratio_max);
-    acc.entropy_kept += simd::select(policy, c.entropy, P(0.0));
+    P ref = P(-1.0);
+    if constexpr (Obj::kl_type::active) ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
 
-    if constexpr (Obj::kl_type::active) {
-      const P ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
-      const basic_kl_value<P> k = f.obj.kl.estimate(c.logp, ref);
-      acc.kl += simd::select(valid, k.value, P(0.0));
-      grad = grad + simd::select(valid, f.obj.kl.params.beta * v.coef * k.grad, P(0.0));
-    }
-    if constexpr (Obj::entropy_type::active) {
-      store<Full>(f.grad_entropy + t, simd::select(valid, P(-f.obj.entropy.params.coef * v.coef), P(0.0)), n);
-    } else {
-      if (f.grad_entropy) store<Full>(f.grad_entropy + t, P(0.0), n);
-    }
+    const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
+    acc.policy += k.policy;
+    acc.policy_tokens.add(policy);
+    acc.clipped.add(k.clipped);
+    acc.dual.add(k.dual);
+    acc.ppo_kl += k.ppo_kl;
+    acc.ratio_sum += simd::select(policy, k.x, P(0.0));
+    acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
+    acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
+    acc.entropy_kept += simd::select(policy, c.entropy, P(0.0));
+    if constexpr (Obj::kl_type::active) acc.kl += k.kl;
+    if (Obj::entropy_type::active || f.grad_entropy) store<Full>(f.grad_entropy + t, k.entropy_grad, n);
     acc.entropy += c.entropy;
-    acc.variance += simd::select(valid, bernoulli_variance(c.logp, 0.0), P(0.0));
+    acc.variance += k.variance;
     acc.valid.add(valid);
-    store<Full>(f.grad_logp + t, grad, n);
+    store<Full>(f.grad_logp + t, k.grad, n);
   }
 };
 

@@ -31,7 +31,6 @@ detail::input_checks checks_of() {
   using adv_t = typename Obj::advantage_type;
   constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
   detail::input_checks c;
-  c.probabilities = Obj::ratio_type::needs_probabilities;
   c.ref = Obj::kl_type::active;
   c.entropy = Obj::needs_entropy;
   c.rewards = reads_rewards;

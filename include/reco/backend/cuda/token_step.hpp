@@ -2,12 +2,12 @@
 // (token_kernel.cuh) runs it over tiles of tokens, and the tests run it serially on the host to
 // check it against the generic token pass without a GPU.
 //
-// The arithmetic is the generic token pass's (algorithm/token_pass.hpp), expression for
-// expression: the components' own functions (ratio, clip, KL) on a token_context in double,
-// scaled by the same aggregation coefficients and weights, so each token's gradient is the one
-// the generic path writes. What differs: the per-response values are loaded once per run of
-// tokens of the same response, the value checks of the per-token inputs are made here (the
-// generic path makes them in its response scan), and partial sums are added in another order.
+// The arithmetic is the generic token pass's: the same token body and value checks
+// (algorithm/token_body.hpp) on a token_context in double, scaled by the same aggregation
+// coefficients and weights, so each token's gradient is the one the generic scalar path writes.
+// What differs: the per-response values are loaded once per run of tokens of the same response,
+// the value checks of the per-token inputs are made here (the generic path makes them in its
+// response scan), and partial sums are added in another order.
 #pragma once
 
 #include <cmath>
@@ -15,6 +15,7 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/token_body.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/cuda/fused_partials.hpp"
 #include "reco/batch.hpp"
@@ -84,12 +85,12 @@ RECO_HOST_DEVICE inline bool still_in(const token_layout& L, index_t i, index_t 
   return L.offsets[i] <= t && (i + 1 >= L.responses || L.offsets[i + 1] > t);
 }
 
-// One valid token: the generic token pass's arithmetic, accumulated into `acc`.
+// One valid token: loads it into a token_context, runs the token body and the value checks
+// (algorithm/token_body.hpp, the generic CPU path's own functions) and accumulates.
 template <class Obj, class T>
 RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const response_view& v, index_t t, T lp, T old,
-                                  T ref, T h, T tw, bool keep, token_accumulator& acc, T& g_out, T& ge_out) {
+                                        T ref, T h, T tw, bool keep, token_accumulator& acc, T& g_out, T& ge_out) {
   const detail::batch_pointers<T>& b = a.b;
-  const detail::input_checks& chk = a.checks;
   token_context c;
   c.logp = static_cast<double>(lp);
   c.old_logp = b.old_logp ? static_cast<double>(old) : c.logp;
@@ -97,67 +98,54 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   c.advantage = v.advantage;
   if (a.r.seq_log) c.sequence_log_ratio = v.sequence_log_ratio;
   if (a.r.entropy_q) c.entropy_quantile = v.entropy_quantile;
+  const double ref_logp = static_cast<double>(ref);
+  const double weight = b.token_weights ? static_cast<double>(tw) : 1.0;
 
   // The generic response scan's value checks, made here where the values are read.
-  if (!detail::finite(c.logp) || (chk.probabilities && c.logp > 0)) acc.status |= bad_logp;
-  if (b.old_logp && (!detail::finite(c.old_logp) || (chk.probabilities && c.old_logp > 0)))
-    acc.status |= bad_old_logp;
-  if (chk.ref && !detail::finite(static_cast<double>(ref))) acc.status |= bad_ref_logp;
-  if (chk.entropy && !detail::finite(c.entropy)) acc.status |= bad_entropy;
-  if (b.token_weights) {
-    const double w = static_cast<double>(tw);
-    if (!detail::finite(w) || w < 0) acc.status |= bad_token_weights;
-  }
+  const detail::token_checks which{b.old_logp != nullptr, a.checks.ref, a.checks.entropy, b.token_weights != nullptr};
+  detail::token_faults<double> faults;
+  detail::token_value_checks(faults, which, true, c.logp, c.old_logp, ref_logp, c.entropy, weight);
+  acc.status |= detail::fault_status(faults);
 
-  double grad = 0;
+  double scale = v.policy_scale;
+  if (b.token_weights) scale *= weight;
+  const detail::token_terms<double> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
   ++acc.valid;
   if (keep) {
-    const surrogate_value sv = detail::policy_surrogate(a.obj, c);
-    double scale = v.policy_scale;
-    if (b.token_weights) scale *= static_cast<double>(tw);
-    acc.policy += scale * sv.loss;
-    grad += scale * sv.grad;
+    acc.policy += k.policy;
     ++acc.policy_tokens;
-    acc.clipped += sv.clipped ? 1 : 0;
-    acc.clip_low += sv.clipped && c.advantage < 0 ? 1 : 0;
-    acc.clip_high += sv.clipped && c.advantage > 0 ? 1 : 0;
-    acc.dual += sv.dual ? 1 : 0;
-    acc.ppo_kl += c.old_logp - c.logp;
-    acc.ratio_sum += sv.x;
-    acc.ratio_min = sv.x < acc.ratio_min ? sv.x : acc.ratio_min;
-    acc.ratio_max = sv.x > acc.ratio_max ? sv.x : acc.ratio_max;
+    acc.clipped += k.clipped ? 1 : 0;
+    acc.clip_low += k.clipped && c.advantage < 0 ? 1 : 0;
+    acc.clip_high += k.clipped && c.advantage > 0 ? 1 : 0;
+    acc.dual += k.dual ? 1 : 0;
+    acc.ppo_kl += k.ppo_kl;
+    acc.ratio_sum += k.x;
+    acc.ratio_min = k.x < acc.ratio_min ? k.x : acc.ratio_min;
+    acc.ratio_max = k.x > acc.ratio_max ? k.x : acc.ratio_max;
     acc.entropy_kept_sum += c.entropy;
   }
-  const double coef = v.coef;
   if constexpr (Obj::kl_type::active) {
-    const kl_value k = a.obj.kl.eval(c.logp, static_cast<double>(ref));
-    acc.kl += a.obj.kl.params.beta * coef * k.value;
-    grad += a.obj.kl.params.beta * coef * k.grad;
-    acc.kl_sum += k.value;
+    acc.kl += a.obj.kl.params.beta * v.coef * k.kl;
+    acc.kl_sum += k.kl;
   }
-  if constexpr (Obj::entropy_type::active) {
-    acc.entropy += -a.obj.entropy.params.coef * coef * c.entropy;
-    ge_out = static_cast<T>(-a.obj.entropy.params.coef * coef);
-  } else {
-    ge_out = T(0);
-  }
+  if constexpr (Obj::entropy_type::active) acc.entropy += k.entropy_grad * c.entropy;
+  ge_out = static_cast<T>(k.entropy_grad);
   acc.entropy_sum += c.entropy;
-  // Token variance p(1 - p) by thirds of the response's valid span (clamped both ways so that
-  // a malformed batch, already flagged in the status, cannot index outside the three bins).
+  // Token variance by thirds of the response's valid span (clamped both ways so that a malformed
+  // batch, already flagged in the status, cannot index outside the three bins).
   int third = static_cast<int>((3 * (t - v.first)) / v.span);
   third = third > 2 ? 2 : (third < 0 ? 0 : third);
-  const double var = ::exp(c.logp) * -::expm1(c.logp);
   if (third == 0) {
-    acc.var_sum[0] += var;
+    acc.var_sum[0] += k.variance;
     ++acc.var_count[0];
   } else if (third == 1) {
-    acc.var_sum[1] += var;
+    acc.var_sum[1] += k.variance;
     ++acc.var_count[1];
   } else {
-    acc.var_sum[2] += var;
+    acc.var_sum[2] += k.variance;
     ++acc.var_count[2];
   }
-  g_out = static_cast<T>(grad);
+  g_out = static_cast<T>(k.grad);
 }
 
 // One token slot of a thread's run: an invalid token (mask 0) gets exactly 0 gradients and is

@@ -1,0 +1,167 @@
+// The per-token body of the objective, written once over the value type V: double for one token
+// (the CPU's scalar token loop and the fused CUDA token step) or a simd::pack of tokens of one
+// response (the CPU's packed loop). The loops load a token's inputs into a basic_token_context,
+// call token_body and add up what it returns; the value checks of the per-token inputs are here
+// too (token_value_checks), shared by the CPU response scan and the CUDA token step. So every CPU
+// test also runs the arithmetic the GPU runs.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include "reco/component.hpp"
+#include "reco/config.hpp"
+#include "reco/detail/math.hpp"
+#include "reco/detail/simd.hpp"
+#include "reco/result.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+// The policy-gradient surrogate of one token: a self-clipped ratio form computes it alone,
+// any other goes through the clip policy.
+template <class Obj, class V>
+RECO_TOKEN_MATH basic_surrogate_value<V> policy_surrogate(const Obj& obj, const basic_token_context<V>& c) {
+  basic_surrogate_value<V> s;
+  if constexpr (Obj::ratio_type::self_clipped) {
+    s = obj.ratio.surrogate(c);
+  } else {
+    s = obj.clip.apply(obj.ratio.eval(c), c);
+  }
+  // A = 0 contributes exactly 0 loss and 0 gradient, also where an unclamped ratio overflows
+  // (0 * inf would be NaN).
+  if (c.advantage == 0) {
+    s.loss = V(0.0);
+    s.grad = V(0.0);
+  }
+  return s;
+}
+
+// A KL term's estimator: eval for one token (the kl_term interface), estimate for a pack.
+template <class K, class V>
+RECO_TOKEN_MATH basic_kl_value<V> kl_estimate(const K& kl, const V& logp, const V& ref_logp) {
+  if constexpr (std::is_same_v<V, double>) {
+    return kl.eval(logp, ref_logp);
+  } else {
+    return kl.estimate(logp, ref_logp);
+  }
+}
+
+// What one token (or each lane of a pack) adds. Lanes outside `valid` hold 0 everywhere below,
+// and lanes outside `policy` hold 0 in the policy-only fields, so a loop adds them as they are.
+template <class V>
+struct token_terms {
+  V policy = V(0.0);        // scale * surrogate loss (policy tokens)
+  V grad = V(0.0);          // d loss / d logp: policy part + KL part; exactly +0 on invalid lanes
+  V kl = V(0.0);            // the KL estimator's value, unscaled (valid tokens, KL term on)
+  V entropy_grad = V(0.0);  // d loss / d entropy (valid tokens, entropy term on)
+  V variance = V(0.0);      // p (1 - p), p = exp(logp) (valid tokens)
+  V ppo_kl = V(0.0);        // old_logp - logp (policy tokens)
+  V x = V(1.0);             // the ratio the clip sees (diagnostics; not masked)
+  mask_t<V> clipped = false;  // policy tokens in a clipped branch
+  mask_t<V> dual = false;     // policy tokens where the dual clip fired
+};
+
+// One token's (or pack's) contribution. `valid`: tokens in the mask (lanes outside it may hold
+// any stand-in values that keep the math finite); `policy`: the valid tokens the selector kept;
+// `scale`: the policy term's aggregation coefficient times the response and token weights;
+// `coef`: the aggregation coefficient of the KL and entropy terms.
+template <class Obj, class V>
+RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_context<V>& c, const mask_t<V>& valid,
+                                          const mask_t<V>& policy, const V& ref_logp, const V& scale, double coef) {
+  token_terms<V> r;
+  // 0 + g: an exact zero gradient is +0, whichever terms are on.
+  V grad = V(0.0);
+  // One token skips the surrogate when it is not a policy token; a pack computes every lane
+  // and selects.
+  bool surrogate = true;
+  if constexpr (std::is_same_v<mask_t<V>, bool>) surrogate = policy;
+  if (surrogate) {
+    const basic_surrogate_value<V> sv = policy_surrogate(obj, c);
+    r.policy = select(policy, scale * sv.loss, V(0.0));
+    grad = grad + select(policy, scale * sv.grad, V(0.0));
+    r.ppo_kl = select(policy, c.old_logp - c.logp, V(0.0));
+    r.x = sv.x;
+    r.clipped = policy && sv.clipped;
+    r.dual = policy && sv.dual;
+  }
+  if constexpr (Obj::kl_type::active) {
+    const basic_kl_value<V> k = kl_estimate(obj.kl, c.logp, ref_logp);
+    r.kl = select(valid, k.value, V(0.0));
+    grad = grad + select(valid, obj.kl.params.beta * coef * k.grad, V(0.0));
+  }
+  r.grad = grad;
+  if constexpr (Obj::entropy_type::active)
+    r.entropy_grad = select(valid, V(-obj.entropy.params.coef * coef), V(0.0));
+  r.variance = select(valid, bernoulli_variance(c.logp, 0.0), V(0.0));
+  return r;
+}
+
+// ---- value checks of the per-token inputs --------------------------------------------------
+
+// Which per-token inputs a call supplies and checks (logp always).
+struct token_checks {
+  bool old_logp = false;
+  bool ref_logp = false;
+  bool entropy = false;
+  bool token_weights = false;
+};
+
+// Per input, the tokens (lanes) that failed a check so far.
+template <class V>
+struct token_faults {
+  mask_t<V> logp = false, old_logp = false, ref_logp = false, entropy = false, token_weights = false;
+};
+
+// Log-probabilities must be finite and <= 0 (a positive one is usually a negative
+// log-likelihood passed by mistake); entropies finite; token weights finite and >= 0. Each test
+// is false for NaN.
+template <class V>
+RECO_TOKEN_MATH mask_t<V> bad_log_probability(const V& x) {
+  return !(x <= V(0.0) && x >= V(-DBL_MAX));
+}
+template <class V>
+RECO_TOKEN_MATH mask_t<V> bad_finite(const V& x) {
+  return !(x - x == V(0.0));
+}
+template <class V>
+RECO_TOKEN_MATH mask_t<V> bad_weight(const V& x) {
+  return !(x >= V(0.0) && x <= V(DBL_MAX));
+}
+
+// Ors the checks of the valid tokens (lanes) into `f`. Values of inputs `which` leaves out are
+// not read.
+template <class V>
+RECO_TOKEN_MATH void token_value_checks(token_faults<V>& f, const token_checks& which, const mask_t<V>& valid,
+                                        const V& logp, const V& old_logp, const V& ref_logp, const V& entropy,
+                                        const V& token_weight) {
+  f.logp = f.logp || (valid && bad_log_probability(logp));
+  if (which.old_logp) f.old_logp = f.old_logp || (valid && bad_log_probability(old_logp));
+  if (which.ref_logp) f.ref_logp = f.ref_logp || (valid && bad_log_probability(ref_logp));
+  if (which.entropy) f.entropy = f.entropy || (valid && bad_finite(entropy));
+  if (which.token_weights) f.token_weights = f.token_weights || (valid && bad_weight(token_weight));
+}
+
+RECO_HOST_DEVICE inline bool any_lane(bool m) { return m; }
+#if RECO_SIMD
+template <int W>
+RECO_SIMD_INLINE bool any_lane(const simd::mask<W>& m) {
+  return simd::any(m);
+}
+#endif
+
+// The status bits of the faults found.
+template <class V>
+RECO_TOKEN_MATH std::uint32_t fault_status(const token_faults<V>& f) {
+  std::uint32_t s = 0;
+  if (any_lane(f.logp)) s |= bad_logp;
+  if (any_lane(f.old_logp)) s |= bad_old_logp;
+  if (any_lane(f.ref_logp)) s |= bad_ref_logp;
+  if (any_lane(f.entropy)) s |= bad_entropy;
+  if (any_lane(f.token_weights)) s |= bad_token_weights;
+  return s;
+}
+
+}  // namespace detail
+RECO_NAMESPACE_END
