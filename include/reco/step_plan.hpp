@@ -335,6 +335,7 @@ class step_plan {
     c.capped = capped_.data() + first;
     c.length = length_.data() + first;
     c.ties = has_selection_ ? ties_.data() + first : nullptr;
+    c.kept = has_selection_ ? kept_.data() + first : nullptr;
     c.cut = cut_;
     c.valid = valid_;
     c.policy = policy_;

@@ -486,6 +486,16 @@ TEST(StepPlan, PlanFromAnotherStepIsRejected) {
   changed.mask[static_cast<std::size_t>(changed.begin(1))] ^= 1;
   typed_batch<double> tc(changed);
   expect_plan_error([&] { obj(reco::cpu{}, tc.view(), reco::gradients<double>{g, {}}, plan, pa); }, "does not match");
+  // Entropies other than the planned ones (80/20): the kept set would not be the plan's.
+  {
+    reco::presets::rule_80_20 sel;
+    typed_batch<double> ea(d.a), eb(d.b);
+    const reco::step_plan p80 =
+        reco::plan_step(sel, step, views(ea, eb), std::vector<reco::step_part>{pa, pb});
+    for (auto& h : ea.entropy) h = 3.0 - h;
+    expect_plan_error([&] { sel(reco::cpu{}, ea.view(), reco::gradients<double>{g, {}}, p80, pa); },
+                      "entropies differ");
+  }
   // The part's range outside the step.
   reco::step_part far = pb;
   far.first_response = d.m.R - 1;

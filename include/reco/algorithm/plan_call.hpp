@@ -18,6 +18,7 @@ struct plan_call {
   const std::uint8_t* capped = nullptr;
   const index_t* length = nullptr;    // valid tokens the summary saw (checked against the data)
   const index_t* ties = nullptr;      // tokens on the cut to keep per response (-1 all); selection only
+  const index_t* kept = nullptr;      // tokens the step's cut keeps per response; selection only
   entropy_cut cut{};                  // selection: keep H > cut.value, and `ties` of H == cut.value
   aggregation_counts valid{};         // the step's counts for the KL / entropy terms
   aggregation_counts policy{};        // ... for the policy term

@@ -137,6 +137,16 @@ struct objective_algorithm {
         mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
       }
       be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+      if constexpr (Backend::host_accessible) {
+        // The cut was placed with the entropies the plan saw; other entropies would keep
+        // another set than the one the step's counts were made for.
+        if (plan != nullptr)
+          for (index_t i = 0; i < R; ++i)
+            if (r.kept[i] != plan->kept[i])
+              fail("plan", "keeps " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
+                               " but this call's entropies keep " + std::to_string(r.kept[i]) +
+                               ": the entropies differ from those the plan was built with");
+      }
       kept = sc.kept;
     } else {
       r.kept = r.length;
