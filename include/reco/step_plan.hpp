@@ -123,16 +123,90 @@ inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
   }
   return h;
 }
+// Parameters are hashed field by field: hashing a struct's bytes would read its padding (and the
+// indeterminate byte of an empty struct), which copies need not preserve. A parameter struct is an
+// aggregate of scalars (and of aggregates of scalars); its fields are counted by trying brace
+// initialisers and read with a structured binding.
+struct any_field {
+  template <class T>
+  operator T() const;
+};
+template <class P, class... A>
+constexpr std::size_t field_count(long) {
+  return sizeof...(A);
+}
+template <class P, class... A>
+constexpr auto field_count(int) -> decltype(P{A{}..., any_field{}}, std::size_t{}) {
+  return field_count<P, A..., any_field>(0);
+}
+
+template <class P>
+std::uint64_t hash_value(std::uint64_t h, const P& p);
+
+template <class... F>
+std::uint64_t hash_fields(std::uint64_t h, const F&... f) {
+  ((h = hash_value(h, f)), ...);
+  return h;
+}
+
+template <class P>
+std::uint64_t hash_value(std::uint64_t h, const P& p) {
+  if constexpr (std::is_scalar_v<P>) {
+    return fnv(h, &p, sizeof(P));
+  } else if constexpr (std::is_aggregate_v<P>) {
+    constexpr std::size_t n = field_count<P>(0);
+    static_assert(n <= 12, "reco::step_plan: parameter structs of more than 12 fields are not hashed");
+    if constexpr (n == 0) {
+      return h;
+    } else if constexpr (n == 1) {
+      const auto& [a] = p;
+      return hash_fields(h, a);
+    } else if constexpr (n == 2) {
+      const auto& [a, b] = p;
+      return hash_fields(h, a, b);
+    } else if constexpr (n == 3) {
+      const auto& [a, b, c] = p;
+      return hash_fields(h, a, b, c);
+    } else if constexpr (n == 4) {
+      const auto& [a, b, c, d] = p;
+      return hash_fields(h, a, b, c, d);
+    } else if constexpr (n == 5) {
+      const auto& [a, b, c, d, e] = p;
+      return hash_fields(h, a, b, c, d, e);
+    } else if constexpr (n == 6) {
+      const auto& [a, b, c, d, e, f] = p;
+      return hash_fields(h, a, b, c, d, e, f);
+    } else if constexpr (n == 7) {
+      const auto& [a, b, c, d, e, f, g] = p;
+      return hash_fields(h, a, b, c, d, e, f, g);
+    } else if constexpr (n == 8) {
+      const auto& [a, b, c, d, e, f, g, i] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i);
+    } else if constexpr (n == 9) {
+      const auto& [a, b, c, d, e, f, g, i, j] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j);
+    } else if constexpr (n == 10) {
+      const auto& [a, b, c, d, e, f, g, i, j, k] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k);
+    } else if constexpr (n == 11) {
+      const auto& [a, b, c, d, e, f, g, i, j, k, l] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k, l);
+    } else {
+      const auto& [a, b, c, d, e, f, g, i, j, k, l, m] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k, l, m);
+    }
+  } else {
+    return h;  // not an aggregate: not part of the fingerprint
+  }
+}
+
 template <class C, class = void>
 struct has_params : std::false_type {};
 template <class C>
 struct has_params<C, std::void_t<decltype(std::declval<const C&>().params)>> : std::true_type {};
 template <class C>
 std::uint64_t hash_params(std::uint64_t h, const C& c) {
-  if constexpr (has_params<C>::value) {
-    // Byte-wise: the parameter structs are plain data, default-initialised (padding zeroed).
-    h = fnv(h, &c.params, sizeof(c.params));
-  }
+  if constexpr (has_params<C>::value) h = hash_value(h, c.params);
   return h;
 }
 

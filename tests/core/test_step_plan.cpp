@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -501,6 +503,23 @@ TEST(StepPlan, PlanFromAnotherStepIsRejected) {
   far.first_response = d.m.R - 1;
   std::vector<double> gb(d.b.logp.size());
   expect_plan_error([&] { obj(reco::cpu{}, tb.view(), reco::gradients<double>{gb, {}}, plan, far); }, "outside");
+}
+
+// The fingerprint reads parameters field by field: a copy with other padding bytes (and empty
+// parameter structs) agrees with the original; a changed parameter does not.
+TEST(StepPlan, FingerprintIgnoresPadding) {
+  reco::presets::rule_80_20_reco a;
+  a.weight.params.cap = 7.5;
+  alignas(64) unsigned char junk[sizeof(a)];
+  std::memset(junk, 0xAB, sizeof(junk));
+  const auto* b = new (junk) reco::presets::rule_80_20_reco(a);
+  const reco::step_info step{3, 10, 1.0, 0};
+  EXPECT_EQ(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(*b, step, 4));
+  reco::presets::rule_80_20_reco c = a;
+  c.select.params.rule = reco::selection_rule::quantile;
+  EXPECT_NE(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(c, step, 4));
+  EXPECT_NE(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(a, step, 8));
+  b->~rule_80_20_reco();
 }
 
 TEST(StepPlan, InconsistentPartsAreRejected) {
