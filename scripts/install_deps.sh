@@ -5,7 +5,7 @@ set -euo pipefail
 
 wanted=("$@")
 if [ ${#wanted[@]} -eq 0 ]; then
-  wanted=(cmake g++ make ninja-build ccache libgtest-dev libbenchmark-dev libtorch-dev python3-torch)
+  wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev libtorch-dev python3-torch)
 fi
 missing=()
 for p in "${wanted[@]}"; do

@@ -29,6 +29,7 @@
 #include "reco/result.hpp"
 #include "reco/select/all_tokens.hpp"
 #include "reco/select/top_entropy.hpp"
+#include "reco/step_plan.hpp"
 #include "reco/validate.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -178,6 +179,40 @@ class objective {
     backend.synchronize();
     throw_if_error(out.status);
     return out;
+  }
+
+  // A call of a split step (reco/step_plan.hpp): this part's share of the step's loss and
+  // gradient under the step's plan. The parts' results add up to one call on the whole step.
+  template <class Backend, class T>
+  const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
+    static_assert(Backend::host_accessible,
+                  "reco::objective: calls with a step plan run on a host-accessible backend (reco::cpu)");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "reco::objective: per-token values must be float or double");
+    validate();
+    detail::validate_batch(batch, grads, normalisers{}, needs_rewards, needs_advantages, needs_ref_logp,
+                           needs_entropy, needs_response_weights, has_entropy_gradient);
+    detail::validate_offsets_host(batch);
+    detail::require(detail::plan_fingerprint(*this, part.step, sizeof(T)) == plan.fingerprint(), "plan",
+                    "was built for another step, objective or value type than this call");
+    const detail::plan_call pc = plan.call_for(part.first_response, batch.layout.responses);
+    return objective_algorithm<Backend, objective>::run(prepared(), backend, batch, grads, ws, normalisers{}, &pc);
+  }
+
+  template <class Backend, class T>
+  objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
+    const objective_result* r = run(backend, batch, grads, ws, plan, part);
+    objective_result out = *r;
+    throw_if_error(out.status);
+    return out;
+  }
+  template <class Backend, class T>
+  objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
+                              const step_plan& plan, const step_part& part) const {
+    workspace<Backend> ws;
+    return (*this)(backend, batch, grads, ws, plan, part);
   }
 
   // Convenience for one-off host calls: a temporary workspace.

@@ -39,6 +39,7 @@
 #include "reco/result.hpp"
 #include "reco/select/all_tokens.hpp"
 #include "reco/select/top_entropy.hpp"
+#include "reco/step_plan.hpp"
 #include "reco/weight/caller_weight.hpp"
 #include "reco/weight/expected_count.hpp"
 #include "reco/weight/uniform.hpp"

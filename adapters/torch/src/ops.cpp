@@ -6,6 +6,11 @@
 //                                            overrides={"clip.eps_high": 0.28})
 //   logp, entropy = torch.ops.reco.token_logp_entropy(logits, tokens, 0.7)
 //
+// Split steps (docs/distributed.md): plan_summary(preset, part, scale, summaries, tensors...)
+// returns a micro-batch's summary of the plan's next stage (empty when the plan is complete); the
+// caller sums them over micro-batches and all-reduces them, and appends the sum to `summaries`;
+// planned_policy_loss(preset, part, scale, summaries, tensors...) is the micro-batch's share.
+//
 // The kernels are registered as CompositeImplicitAutograd: they run above the autograd layer, so
 // the autograd functions inside them build the graph and backward works from Python.
 #include <torch/library.h>
@@ -16,11 +21,42 @@
 #include <vector>
 
 #include "reco/torch/policy_loss.hpp"
+#include "reco/torch/step_plan.hpp"
 #include "reco/torch/token_logp_entropy.hpp"
 
 namespace {
 
 at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+
+reco::torch::policy_inputs inputs_of(
+    const at::Tensor& logp, const c10::optional<at::Tensor>& old_logp, const c10::optional<at::Tensor>& ref_logp,
+    const c10::optional<at::Tensor>& entropy, const c10::optional<at::Tensor>& mask,
+    const c10::optional<at::Tensor>& offsets, const c10::optional<at::Tensor>& rewards,
+    const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
+    const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
+    const c10::optional<at::Tensor>& response_weights) {
+  reco::torch::policy_inputs in;
+  in.logp = logp;
+  in.old_logp = or_undefined(old_logp);
+  in.ref_logp = or_undefined(ref_logp);
+  in.entropy = or_undefined(entropy);
+  in.mask = or_undefined(mask);
+  in.offsets = or_undefined(offsets);
+  in.rewards = or_undefined(rewards);
+  in.advantages = or_undefined(advantages);
+  in.group_offsets = or_undefined(group_offsets);
+  in.prompt_ids = or_undefined(prompt_ids);
+  in.token_weights = or_undefined(token_weights);
+  in.response_weights = or_undefined(response_weights);
+  return in;
+}
+
+std::map<std::string, double> overrides_of(const c10::optional<c10::Dict<std::string, double>>& overrides) {
+  std::map<std::string, double> ov;
+  if (overrides.has_value())
+    for (const auto& kv : *overrides) ov[kv.key()] = kv.value();
+  return ov;
+}
 
 std::tuple<at::Tensor, at::Tensor> policy_loss_op(
     const std::string& preset, const at::Tensor& logp, const c10::optional<at::Tensor>& old_logp,
@@ -56,6 +92,52 @@ std::tuple<at::Tensor, at::Tensor> policy_loss_op(
   return {out.loss, out.stats_tensor};
 }
 
+// A step plan without state: the summed summaries of the stages so far travel as tensors (the
+// caller all-reduces them with torch.distributed); part = [step id, responses of the step,
+// first response of this micro-batch, first group], scale: W under DDP averaging.
+reco::step_part part_of(const std::vector<int64_t>& part, double scale) {
+  if (part.size() != 4)
+    reco::detail::fail("part", "must be [step id, responses of the step, first response, first group]");
+  reco::step_part p;
+  p.step.id = static_cast<std::uint64_t>(part[0]);
+  p.step.responses = part[1];
+  p.step.scale = scale;
+  p.first_response = part[2];
+  p.first_group = part[3];
+  return p;
+}
+
+at::Tensor plan_summary_op(const std::string& preset, const std::vector<int64_t>& part, double scale,
+                           const std::vector<at::Tensor>& summaries, const at::Tensor& logp,
+                           const c10::optional<at::Tensor>& old_logp, const c10::optional<at::Tensor>& ref_logp,
+                           const c10::optional<at::Tensor>& entropy, const c10::optional<at::Tensor>& mask,
+                           const c10::optional<at::Tensor>& offsets, const c10::optional<at::Tensor>& rewards,
+                           const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
+                           const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
+                           const c10::optional<at::Tensor>& response_weights,
+                           const c10::optional<c10::Dict<std::string, double>>& overrides) {
+  const reco::torch::policy_inputs in =
+      inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
+                token_weights, response_weights);
+  return reco::torch::plan_summary(preset, overrides_of(overrides), part_of(part, scale), in, summaries);
+}
+
+std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
+    const std::string& preset, const std::vector<int64_t>& part, double scale, const std::vector<at::Tensor>& summaries,
+    const at::Tensor& logp, const c10::optional<at::Tensor>& old_logp, const c10::optional<at::Tensor>& ref_logp,
+    const c10::optional<at::Tensor>& entropy, const c10::optional<at::Tensor>& mask,
+    const c10::optional<at::Tensor>& offsets, const c10::optional<at::Tensor>& rewards,
+    const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
+    const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
+    const c10::optional<at::Tensor>& response_weights, const c10::optional<c10::Dict<std::string, double>>& overrides) {
+  const reco::torch::policy_inputs in =
+      inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
+                token_weights, response_weights);
+  reco::torch::policy_output out =
+      reco::torch::policy_loss(preset, in, overrides_of(overrides), part_of(part, scale), summaries);
+  return {out.loss, out.stats_tensor};
+}
+
 std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logits, const at::Tensor& tokens,
                                                          double temperature,
                                                          const c10::optional<at::Tensor>& row_mask) {
@@ -77,6 +159,17 @@ TORCH_LIBRARY(reco, m) {
       "int global_responses=0, int global_kept_tokens=0, int global_kept_responses=0, bool host_stats=True) "
       "-> (Tensor, Tensor)",
       &policy_loss_op);
+  m.def("plan_summary(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
+      "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
+      "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
+      "Tensor? response_weights=None, Dict(str, float)? overrides=None) -> Tensor",
+        &plan_summary_op);
+  m.def("planned_policy_loss(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
+      "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
+      "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
+      "Tensor? response_weights=None, Dict(str, float)? overrides=None) "
+        "-> (Tensor, Tensor)",
+        &planned_policy_loss_op);
   m.def("token_logp_entropy(Tensor logits, Tensor tokens, float temperature=1.0, Tensor? row_mask=None) "
         "-> (Tensor, Tensor)",
         &token_logp_entropy_op);

@@ -1,6 +1,7 @@
 // reco::torch::policy_loss: tensor validation and conversion, the autograd node, the presets by
 // name.
 #include "reco/torch/policy_loss.hpp"
+#include "reco/torch/step_plan.hpp"
 
 #include <cfloat>
 #include <cmath>
@@ -241,10 +242,12 @@ class policy_loss_function : public ::torch::autograd::Function<policy_loss_func
 
 }  // namespace
 
-namespace detail {
+namespace {
 
-policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& needs, const runner& cpu,
-                               const runner& cuda, const std::string& who) {
+// Validates and converts the inputs into c.request (no objective runs yet). `who` names the
+// objective in errors ("preset 'dapo'").
+void build_request(const policy_inputs& in, const detail::objective_needs& needs, prepared_call& c,
+                   const std::string& who) {
   if (!in.logp.defined()) fail("logp", "is required");
   check_dense(in.logp, "logp");
   check_floating(in.logp, "logp");
@@ -253,7 +256,6 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
   if (!device.is_cpu() && !device.is_cuda())
     fail("logp", "is on " + device.str() + "; reco::torch runs on CPU and CUDA tensors");
 
-  prepared_call c;
   c.device = device;
   c.cuda = device.is_cuda();
   c.host_stats = in.host_stats;
@@ -383,6 +385,37 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
   else
     fill(float{}, c.request.batch_f, c.request.grads_f);
   c.request.norm = in.normalisers;
+  if (in.plan != nullptr) {
+    if (c.cuda) fail("plan", "calls of a split step run on CPU tensors in this version");
+    if (in.micro_batch >= in.plan->parts.size())
+      fail("micro_batch", "is " + std::to_string(in.micro_batch) + " but the plan has " +
+                              std::to_string(in.plan->parts.size()) + " micro-batches on this rank");
+    c.request.plan = &in.plan->plan;
+    c.request.part = in.plan->parts[in.micro_batch];
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+request_owner make_request(const policy_inputs& in, const objective_needs& needs) {
+  prepared_call c;
+  build_request(in, needs, c, "this objective");
+  request_owner r;
+  r.request = c.request;
+  r.keep = c.keep;
+  r.keep.push_back(c.grad_logp);
+  r.keep.push_back(c.grad_entropy);
+  r.cuda = c.cuda;
+  return r;
+}
+
+policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& needs, const runner& cpu,
+                               const runner& cuda, const std::string& who) {
+  prepared_call c;
+  build_request(in, needs, c, who);
+  [[maybe_unused]] const at::Device device = c.device;
 
   if (c.cuda) {
 #if RECO_TORCH_WITH_CUDA
@@ -410,7 +443,7 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
   c10::optional<at::Tensor> entropy_arg;
   if (needs.entropy_gradient && in.entropy.defined()) entropy_arg = in.entropy;
   policy_output out;
-  out.loss = policy_loss_function::apply(logp, entropy_arg, &c);
+  out.loss = policy_loss_function::apply(in.logp, entropy_arg, &c);
   out.stats = c.result;
   out.stats_tensor = c.stats;
   return out;
@@ -421,6 +454,15 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
 std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
+
+policy_output policy_loss(const std::string& preset, const policy_inputs& in,
+                          const std::map<std::string, double>& overrides, const planned_step& plan,
+                          std::size_t micro_batch) {
+  policy_inputs with_plan = in;
+  with_plan.plan = &plan;
+  with_plan.micro_batch = micro_batch;
+  return policy_loss(preset, with_plan, overrides);
+}
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides) {

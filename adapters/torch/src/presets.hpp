@@ -17,6 +17,9 @@ objective_needs preset_needs(const std::string& preset, const override_map& over
 void run_preset_cpu(const std::string& preset, const override_map& overrides, const run_request& q,
                     objective_result& out);
 
+// The plan steps of a preset (CPU).
+plan_ops preset_plan_ops(const std::string& preset, const override_map& overrides);
+
 // Defined only when reco_torch is built with CUDA (RECO_TORCH_WITH_CUDA).
 void run_preset_cuda(const std::string& preset, const override_map& overrides, const run_request& q);
 

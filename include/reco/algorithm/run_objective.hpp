@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/plan_call.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
@@ -70,7 +72,8 @@ template <class Backend, class Objective>
 struct objective_algorithm {
   template <class T>
   static const objective_result* run(const Objective& obj, const Backend& backend, const batch_view<T>& batch,
-                                     gradients<T> grads, workspace<Backend>& ws, const normalisers& norm);
+                                     gradients<T> grads, workspace<Backend>& ws, const normalisers& norm,
+                                     const detail::plan_call* plan = nullptr);
 };
 
 // Defined outside the class so that it is not implicitly inline: an `extern template` of it
@@ -79,8 +82,8 @@ template <class Backend, class Objective>
 template <class T>
 const objective_result* objective_algorithm<Backend, Objective>::run(const Objective& obj, const Backend& backend,
                                                                      const batch_view<T>& batch, gradients<T> grads,
-                                                                     workspace<Backend>& ws,
-                                                                     const normalisers& norm) {
+                                                                     workspace<Backend>& ws, const normalisers& norm,
+                                                                     const detail::plan_call* plan) {
   using namespace detail;
   const index_t tokens = batch.logp.size();
   const Backend be = ws.bind(backend).for_work(tokens);
@@ -106,23 +109,55 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
 
   be.for_each(1, init_scalars_fn{s});
   be.for_each(R, scan_response_fn<T>{b, checks, r});
-  be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
-  be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
-  be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
-  be.for_each(1, batch_stats_fn<Objective>{s, obj});
-  if constexpr (Backend::host_accessible) {
-    if (s->status) throw_data_error(b, s->status);
-  }
+  if (plan != nullptr) {
+    // A call of a split step: advantages and weights were computed over the whole step.
+    if constexpr (Backend::host_accessible) {
+      for (index_t i = 0; i < R; ++i) {
+        if (r.length[i] != plan->length[i])
+          fail("plan", "does not match this call's data: response " + std::to_string(i) + " has " +
+                           std::to_string(r.length[i]) + " valid tokens, the plan counted " +
+                           std::to_string(plan->length[i]) + " (a plan from another step or part?)");
+        r.adv[i] = plan->advantage[i];
+        r.weight[i] = plan->weight[i];
+        r.capped[i] = plan->capped[i];
+      }
+      be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+      s->status = s->batch.status;
+      if (s->status) throw_data_error(b, s->status);
+    }
+  } else {
+    be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
+    be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
+    be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+    be.for_each(1, batch_stats_fn<Objective>{s, obj});
+    if constexpr (Backend::host_accessible) {
+      if (s->status) throw_data_error(b, s->status);
+    }
 
-  if (adv_t::batch_stage != advantage_batch_stage::none ||
-      obj.weight.normalisation() == weight_normalisation::batch_mean)
-    be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+    if (adv_t::batch_stage != advantage_batch_stage::none ||
+        obj.weight.normalisation() == weight_normalisation::batch_mean)
+      be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+  }
 
   const std::uint8_t* kept = nullptr;
   if constexpr (Objective::selector_type::active) {
-    compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
-    mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+    if (plan != nullptr) {
+      be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
+    } else {
+      compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
+      mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+    }
     be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+    if constexpr (Backend::host_accessible) {
+      // The cut was placed with the entropies the plan saw; other entropies would keep
+      // another set than the one the step's counts were made for.
+      if (plan != nullptr)
+        for (index_t i = 0; i < R; ++i)
+          if (r.kept[i] != plan->kept[i])
+            fail("plan", "keeps " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
+                             " but this call's entropies keep " + std::to_string(r.kept[i]) +
+                             ": the entropies differ from those the plan was built with");
+    }
     kept = sc.kept;
   } else {
     r.kept = r.length;
@@ -139,7 +174,20 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   const bool kept_denominator = obj.kept_denominator();
   be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
   if constexpr (Backend::host_accessible) throw_if_error(s->norm_status);  // before any gradient
+  if constexpr (Backend::host_accessible) {
+    if (plan != nullptr) {
+      s->valid = plan->valid;
+      s->policy = plan->policy;
+    }
+  }
   be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
+  if constexpr (Backend::host_accessible) {
+    if (plan != nullptr && plan->scale != 1.0)
+      for (index_t i = 0; i < R; ++i) {
+        r.coef_valid[i] *= plan->scale;
+        r.coef_policy[i] *= plan->scale;
+      }
+  }
 
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
   be.reduce_tokens(b.layout,

@@ -46,6 +46,8 @@
 
 namespace reco::torch {
 
+struct planned_step;  // reco/torch/step_plan.hpp
+
 struct policy_inputs {
   at::Tensor logp;              // [R, T] padded or [N] packed; float32/float64/bfloat16/float16
   at::Tensor old_logp;          // optional (undefined = on-policy), same shape as logp
@@ -64,6 +66,10 @@ struct policy_inputs {
   // reco::error when the data were bad. false: no synchronisation; policy_output::stats stays
   // default and the diagnostics (the status word included) are in policy_output::stats_tensor.
   bool host_stats = true;
+  // A micro-batch of a split step (reco/torch/step_plan.hpp): the step's plan from
+  // build_step_plan and this micro-batch's index in the list given to it. CPU tensors only.
+  const planned_step* plan = nullptr;
+  std::size_t micro_batch = 0;
 };
 
 struct policy_output {
@@ -86,6 +92,15 @@ void set_params(Objective& obj, const std::map<std::string, double>& overrides) 
 }
 
 namespace detail {
+
+// A run_request with the tensors it points into (reco::torch::build_step_plan reads batches
+// through it).
+struct request_owner {
+  run_request request;
+  std::vector<at::Tensor> keep;
+  bool cuda = false;
+};
+request_owner make_request(const policy_inputs& in, const objective_needs& needs);
 
 // Validates and converts the tensors, runs the objective through `cpu` or `cuda` (empty when
 // this objective cannot run on CUDA from the calling translation unit) and builds the autograd

@@ -16,8 +16,28 @@ inline reco::workspace<reco::cpu>& cpu_workspace() {
 template <class Objective>
 void run_cpu(const Objective& obj, const run_request& q, objective_result& out) {
   reco::workspace<reco::cpu>& ws = cpu_workspace();
+  if (q.plan != nullptr) {
+    out = q.use_double ? obj(reco::cpu{}, q.batch_d, q.grads_d, ws, *q.plan, q.part)
+                       : obj(reco::cpu{}, q.batch_f, q.grads_f, ws, *q.plan, q.part);
+    return;
+  }
   out = q.use_double ? obj(reco::cpu{}, q.batch_d, q.grads_d, ws, q.norm)
                      : obj(reco::cpu{}, q.batch_f, q.grads_f, ws, q.norm);
+}
+
+template <class Objective>
+plan_ops plan_ops_for(const Objective& obj) {
+  plan_ops ops;
+  ops.summarize = [obj](const run_request& q, const reco::step_part& part) {
+    return q.use_double ? reco::summarize(obj, q.batch_d, part) : reco::summarize(obj, q.batch_f, part);
+  };
+  ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
+    return reco::finish_plan(obj, step, total);
+  };
+  ops.round = [obj](const reco::step_plan& plan, const run_request& q, const reco::step_part& part) {
+    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part) : reco::plan_round(obj, plan, q.batch_f, part);
+  };
+  return ops;
 }
 
 }  // namespace reco::torch::detail

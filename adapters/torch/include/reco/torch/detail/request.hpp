@@ -9,6 +9,7 @@
 #include "reco/batch.hpp"
 #include "reco/objective_needs.hpp"
 #include "reco/result.hpp"
+#include "reco/step_plan.hpp"
 
 namespace reco::torch::detail {
 
@@ -24,6 +25,9 @@ struct run_request {
   batch_view<double> batch_d;
   gradients<double> grads_d;
   normalisers norm;
+  // A call of a split step (CPU only): the step's plan and where this call sits in the step.
+  const reco::step_plan* plan = nullptr;
+  reco::step_part part{};
   // CUDA only: the device, PyTorch's current stream on it, and where the packed diagnostics
   // (reco::torch::stats_size doubles, device memory) are written, stream-ordered.
   int device = -1;
@@ -34,5 +38,13 @@ struct run_request {
 // A runner executes the objective. On the CPU it returns the result (and throws on bad data);
 // on CUDA it enqueues the work and the packing of the result into request.stats_out.
 using runner = std::function<void(const run_request&, objective_result& host_result)>;
+
+// The three plan steps of one objective on a run_request's batch (CPU): a part's summary, the
+// plan from the summed summaries, and a part's summary of the plan's pending round.
+struct plan_ops {
+  std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
+  std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
+  std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&)> round;
+};
 
 }  // namespace reco::torch::detail

@@ -1,0 +1,91 @@
+// Split optimizer steps with LibTorch: one step's micro-batches on each data-parallel rank, with
+// the loss and gradient of the whole step (reco/step_plan.hpp explains the plan).
+//
+//   auto plan = reco::torch::build_step_plan(process_group, "reco", micro_batches, overrides, {step});
+//   for (std::size_t j = 0; j < micro_batches.size(); ++j) {
+//     auto out = reco::torch::policy_loss("reco", micro_batches[j], overrides, plan, j);
+//     out.loss.backward();            // gradients accumulate; no division by the number of parts
+//   }
+//   // DDP/FSDP average the ranks' gradients; the plan already multiplied each rank's loss by W.
+//   optimizer.step();
+//
+// Responses are ordered rank by rank, then micro-batch by micro-batch. A prompt group may span
+// micro-batches or ranks when prompt_ids are given: neighbouring parts whose boundary responses
+// share a prompt id share that group (with group_offsets, every part's groups are its own).
+//
+// Collectives on the process group (a constant number, whatever the number of micro-batches):
+// one all-gather of 6 integers per rank (the step's layout), one all-reduce SUM of the summaries,
+// and for the 80/20 presets 2 (float) or 4 (double) histogram all-reduces plus one of the
+// per-response cut counts. A rank that does not join fails after the process group's timeout
+// (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
+// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
+// group may be null: gradient accumulation in one process, the same plan without collectives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "reco/step_plan.hpp"
+#include "reco/torch/detail/cpu_run.hpp"
+#include "reco/torch/policy_loss.hpp"
+
+namespace reco::torch {
+
+struct step_options {
+  std::uint64_t step = 0;  // the step id (a counter), the same on every rank
+  // The wrapper averages gradients over the W ranks (DDP, FSDP): the plan multiplies each rank's
+  // loss and gradient by W so that the average is the step's gradient. false: plain sum.
+  bool average_over_ranks = true;
+};
+
+// A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.
+struct planned_step {
+  reco::step_plan plan;
+  std::vector<reco::step_part> parts;  // one per micro-batch, in the order given
+  int rank = 0, world_size = 1;
+  int collectives = 0;                 // issued while building (for the record)
+};
+
+namespace detail {
+planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const objective_needs& needs,
+                                  const plan_ops& ops, std::uint64_t config,
+                                  const std::vector<policy_inputs>& micro_batches, const step_options& options);
+std::uint64_t config_digest(const std::string& preset, const std::map<std::string, double>& overrides);
+}  // namespace detail
+
+// The plan of a preset by name (with overrides) over this rank's micro-batches.
+planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& preset,
+                             const std::vector<policy_inputs>& micro_batches,
+                             const std::map<std::string, double>& overrides = {}, const step_options& options = {});
+
+// The plan of any objective object (pass the same object to policy_loss(obj, in) with in.plan set).
+template <class Objective, class = std::enable_if_t<std::is_class_v<Objective> &&
+                                                    !std::is_convertible_v<const Objective&, std::string>>>
+planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const Objective& obj,
+                             const std::vector<policy_inputs>& micro_batches, const step_options& options = {}) {
+  obj.validate();
+  return detail::build_step_plan_impl(group, needs_of<Objective>(), detail::plan_ops_for(obj), 0, micro_batches,
+                                      options);
+}
+
+// Micro-batch `micro_batch` of a planned step (the preset and overrides the plan was built with).
+policy_output policy_loss(const std::string& preset, const policy_inputs& in,
+                          const std::map<std::string, double>& overrides, const planned_step& plan,
+                          std::size_t micro_batch);
+
+// The same steps without state, for bindings whose caller does the collectives (the Python ops):
+// `summed` holds the summed summaries of the stages so far. plan_summary returns this micro-
+// batch's summary of the next stage (stage 0 when summed is empty), or an empty tensor when the
+// plan is complete; the planned policy_loss runs the micro-batch with the plan those summaries
+// give. part.step.config is set from the preset and overrides.
+at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
+                        const reco::step_part& part, const policy_inputs& in, const std::vector<at::Tensor>& summed);
+policy_output policy_loss(const std::string& preset, const policy_inputs& in,
+                          const std::map<std::string, double>& overrides, const reco::step_part& part,
+                          const std::vector<at::Tensor>& summed);
+
+}  // namespace reco::torch

@@ -1,0 +1,253 @@
+// reco::torch::build_step_plan: the step plan of a rank's micro-batches over a c10d process group.
+#include "reco/torch/step_plan.hpp"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "presets.hpp"
+
+namespace reco::torch {
+namespace {
+
+using reco::detail::fail;
+
+// Runs one collective and waits for it; a failure (a rank that never joins and the process
+// group's timeout passes, a closed connection) becomes a reco::error naming the process group.
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    fail("process_group", std::string(what) + " failed (did every rank call build_step_plan for this step within "
+                                              "the process group's timeout?): " + e.what());
+  }
+}
+
+// Element-wise sum over ranks, in place.
+void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
+                    int& count) {
+  if (!group) return;
+  at::Tensor t = at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
+                               at::TensorOptions().dtype(at::kDouble));
+  std::vector<at::Tensor> ts{t};
+  wait_for(group->allreduce(ts), what);
+  ++count;
+}
+
+// Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
+struct part_shape {
+  index_t responses = 0, groups = 0;
+  bool has_ids = false;
+  std::int64_t first_id = 0, last_id = 0;
+};
+
+part_shape shape_of_part(const policy_inputs& in, const detail::run_request& q) {
+  part_shape p;
+  const auto& go = q.use_double ? q.batch_d.group_offsets : q.batch_f.group_offsets;
+  p.responses = q.use_double ? q.batch_d.layout.responses : q.batch_f.layout.responses;
+  p.groups = go.size() - 1;
+  if (in.prompt_ids.defined() && p.responses > 0) {
+    const at::Tensor ids = in.prompt_ids.to(at::kCPU, at::kLong).contiguous();
+    p.has_ids = true;
+    p.first_id = ids.data_ptr<std::int64_t>()[0];
+    p.last_id = ids.data_ptr<std::int64_t>()[p.responses - 1];
+  }
+  return p;
+}
+
+// Two neighbouring non-empty parts share a group when their boundary responses share a prompt id.
+bool joined(const part_shape& a, const part_shape& b) {
+  return a.has_ids && b.has_ids && a.last_id == b.first_id;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::uint64_t config_digest(const std::string& preset, const std::map<std::string, double>& overrides) {
+  std::uint64_t h = reco::detail::fnv(1469598103934665603ull, preset.data(), preset.size());
+  for (const auto& [k, v] : overrides) {
+    h = reco::detail::fnv(h, k.data(), k.size());
+    h = reco::detail::fnv(h, &v, sizeof(v));
+  }
+  return h;
+}
+
+planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const objective_needs& needs,
+                                  const plan_ops& ops, std::uint64_t config,
+                                  const std::vector<policy_inputs>& micro_batches, const step_options& options) {
+  planned_step out;
+  if (group) {
+    out.rank = group->getRank();
+    out.world_size = group->getSize();
+  }
+  // This rank's micro-batches, converted once.
+  std::vector<request_owner> reqs;
+  std::vector<part_shape> shapes;
+  for (const auto& mb : micro_batches) {
+    reqs.push_back(make_request(mb, needs));
+    if (reqs.back().cuda) fail("micro_batches", "planned steps run on CPU tensors in this version");
+    shapes.push_back(shape_of_part(mb, reqs.back().request));
+  }
+  // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
+  // boundary prompt ids.
+  part_shape mine;
+  const part_shape* prev = nullptr;
+  for (const auto& s : shapes) {
+    if (s.responses == 0) continue;
+    mine.responses += s.responses;
+    mine.groups += s.groups - (prev && joined(*prev, s) ? 1 : 0);
+    if (!prev) {
+      mine.has_ids = s.has_ids;
+      mine.first_id = s.first_id;
+    }
+    prev = &s;
+  }
+  bool last_has_ids = prev && prev->has_ids;
+  if (prev) mine.last_id = prev->last_id;
+
+  // Every rank's shape (one all-gather of 6 integers).
+  std::vector<part_shape> ranks(static_cast<std::size_t>(out.world_size));
+  {
+    std::int64_t local[6] = {mine.responses, mine.groups, mine.has_ids ? 1 : 0, mine.first_id,
+                             last_has_ids ? 1 : 0, mine.last_id};
+    if (group) {
+      at::Tensor in = at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).clone();
+      std::vector<std::vector<at::Tensor>> gathered(1);
+      for (int r = 0; r < out.world_size; ++r) gathered[0].push_back(at::empty({6}, at::kLong));
+      std::vector<at::Tensor> inputs{in};
+      wait_for(group->allgather(gathered, inputs), "all-gather of the step's layout");
+      ++out.collectives;
+      for (int r = 0; r < out.world_size; ++r) {
+        const std::int64_t* v = gathered[0][static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
+        part_shape& p = ranks[static_cast<std::size_t>(r)];
+        p.responses = v[0];
+        p.groups = v[1];
+        p.has_ids = v[2] != 0 && v[4] != 0;  // both ends known (a rank without ids has neither)
+        p.first_id = v[3];
+        p.last_id = v[5];
+        if (v[2] != v[4]) p.has_ids = false;
+      }
+    } else {
+      ranks[0] = mine;
+      ranks[0].has_ids = mine.has_ids && last_has_ids;
+    }
+  }
+  // The step's responses, and where this rank starts (responses and group ids).
+  index_t total = 0, first_response = 0, first_group = 0, next_group = 0;
+  const part_shape* before = nullptr;
+  for (int r = 0; r < out.world_size; ++r) {
+    const part_shape& p = ranks[static_cast<std::size_t>(r)];
+    if (r == out.rank) {
+      first_response = total;
+      first_group = p.responses > 0 && before && joined(*before, p) ? next_group - 1 : next_group;
+    }
+    if (p.responses == 0) continue;
+    const index_t start = before && joined(*before, p) ? next_group - 1 : next_group;
+    next_group = start + p.groups;
+    total += p.responses;
+    before = &p;
+  }
+  reco::step_info step;
+  step.id = options.step;
+  step.responses = total;
+  step.scale = options.average_over_ranks ? static_cast<double>(out.world_size) : 1.0;
+  step.config = config;
+
+  // Each micro-batch's place in the step.
+  index_t response = first_response, group_id = first_group;
+  const part_shape* last = nullptr;
+  for (const auto& s : shapes) {
+    reco::step_part part;
+    part.step = step;
+    part.first_response = response;
+    if (s.responses > 0) {
+      if (last && joined(*last, s)) group_id -= 1;
+      part.first_group = group_id;
+      group_id += s.groups;
+      response += s.responses;
+      last = &s;
+    } else {
+      part.first_group = group_id;
+    }
+    out.parts.push_back(part);
+  }
+
+  // Summaries: summed over this rank's micro-batches, then over ranks.
+  if (reqs.empty()) fail("micro_batches", "needs at least one micro-batch (an empty one is fine)");
+  reco::step_summary total_summary;
+  for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
+  sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
+  out.plan = ops.finish(step, total_summary);
+  while (!out.plan.complete()) {
+    reco::step_summary round;
+    for (std::size_t j = 0; j < reqs.size(); ++j) round += ops.round(out.plan, reqs[j].request, out.parts[j]);
+    sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives);
+    out.plan.advance(round);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& preset,
+                             const std::vector<policy_inputs>& micro_batches,
+                             const std::map<std::string, double>& overrides, const step_options& options) {
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
+  return detail::build_step_plan_impl(group, needs, detail::preset_plan_ops(preset, overrides),
+                                      detail::config_digest(preset, overrides), micro_batches, options);
+}
+
+namespace detail {
+
+// The plan rebuilt from the summed summaries of the stages so far (summed[0]: the summaries,
+// then one per round).
+reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& step,
+                                    const std::vector<at::Tensor>& summed) {
+  if (summed.empty()) fail("summaries", "needs at least the summed summaries of stage 0");
+  auto to_summary = [](const at::Tensor& t) {
+    if (t.scalar_type() != at::kDouble || t.dim() != 1 || !t.device().is_cpu())
+      fail("summaries", "must be 1-D float64 CPU tensors (as plan_summary returns them)");
+    const at::Tensor c = t.contiguous();
+    reco::step_summary s;
+    s.values.assign(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+    return s;
+  };
+  reco::step_plan plan = ops.finish(step, to_summary(summed[0]));
+  for (std::size_t r = 1; r < summed.size(); ++r) plan.advance(to_summary(summed[r]));
+  return plan;
+}
+
+}  // namespace detail
+
+at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
+                        const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed) {
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
+  const detail::plan_ops ops = detail::preset_plan_ops(preset, overrides);
+  reco::step_part part = part_in;
+  part.step.config = detail::config_digest(preset, overrides);
+  const detail::request_owner q = detail::make_request(in, needs);
+  if (q.cuda) fail("logp", "planned steps run on CPU tensors in this version");
+  reco::step_summary s;
+  if (summed.empty()) {
+    s = ops.summarize(q.request, part);
+  } else {
+    const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
+    if (plan.complete()) return at::empty({0}, at::kDouble);
+    s = ops.round(plan, q.request, part);
+  }
+  return at::tensor(s.values, at::kDouble);
+}
+
+policy_output policy_loss(const std::string& preset, const policy_inputs& in,
+                          const std::map<std::string, double>& overrides, const reco::step_part& part_in,
+                          const std::vector<at::Tensor>& summed) {
+  reco::step_part part = part_in;
+  part.step.config = detail::config_digest(preset, overrides);
+  planned_step plan;
+  plan.plan = detail::plan_from_summaries(detail::preset_plan_ops(preset, overrides), part.step, summed);
+  plan.parts = {part};
+  return policy_loss(preset, in, overrides, plan, 0);
+}
+
+}  // namespace reco::torch

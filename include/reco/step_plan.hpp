@@ -1,0 +1,725 @@
+// The step plan: one optimizer step split into parts (micro-batches of gradient accumulation,
+// data-parallel ranks, or both) with the loss and gradient of the step independent of the split.
+//
+// The objective is defined over the whole step: token and response counts, Dr.GRPO's constant,
+// group statistics of the advantage, weight normalisations and the 80/20 cut are the step's. Each
+// part computes a summary of its own data with no communication; summaries combine by element-wise
+// addition (an all-reduce SUM, or `+=` in one process); finish_plan turns the sum into a plan, and
+// every part's call with that plan contributes its share, so that the parts' losses and gradients
+// add up to one call on the whole step.
+//
+//   reco::step_info step{step_number, R_step};            // the same on every part
+//   reco::step_part part{step, first_response, first_group};
+//   reco::step_summary s = reco::summarize(obj, batch, part);     // + all-reduce SUM over parts
+//   reco::step_plan plan = reco::finish_plan(obj, step, s);
+//   while (!plan.complete()) {                                     // 80/20 cut: a few rounds
+//     reco::step_summary r = reco::plan_round(obj, plan, batch, part);  // + all-reduce SUM
+//     plan.advance(r);
+//   }
+//   obj(reco::cpu{}, batch, grads, ws, plan, part);                // this part's share
+//
+// A part is a contiguous range of the step's responses: response i of the call is response
+// first_response + i of the step, local group j is group first_group + j of the step (a group may
+// span parts: the last group of one part and the first of the next share an id). Group ids must
+// not decrease along the step's responses.
+//
+// The exact cut: k = max(1, ceil(rho N_step)) tokens over the whole step; the k-th largest entropy
+// is found by a radix selection over order-preserving integer keys of the values (16 bits a round:
+// 2 rounds for float, 4 for double, each a sum of 2^16-bucket histograms); tokens on the cut are
+// kept in step order (response index in the step, then position in the response), which one more
+// summed round of per-response counts settles. Nothing depends on the number of parts.
+//
+// Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
+// gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
+// so that the average of the ranks' gradients is the step's gradient.
+//
+// Plans are host objects and planned calls run on host-accessible backends (reco::cpu).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+
+#include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/select_tokens.hpp"
+#include "reco/batch.hpp"
+#include "reco/config.hpp"
+#include "reco/select/top_entropy.hpp"
+#include "reco/validate.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+// What every part of a step agrees on.
+struct step_info {
+  std::uint64_t id = 0;     // the step (a counter); a plan is only valid for its step
+  index_t responses = 0;    // R of the whole step
+  double scale = 1.0;       // multiplies each part's loss and gradient (W under DDP/FSDP averaging)
+  std::uint64_t config = 0; // optional digest of the caller's configuration, compared across parts
+};
+
+// One part: where its responses and groups sit in the step.
+struct step_part {
+  step_info step{};
+  index_t first_response = 0;  // the step index of the part's first response
+  index_t first_group = 0;     // the step's id of the part's first group
+};
+
+// A part's summary of a stage of the plan; summaries of the same stage combine by addition.
+struct step_summary {
+  std::vector<double> values;
+
+  step_summary& operator+=(const step_summary& o) {
+    if (values.empty()) {
+      values = o.values;
+      return *this;
+    }
+    detail::require(o.values.size() == values.size(), "plan",
+                    "summaries of different sizes (" + std::to_string(values.size()) + " and " +
+                        std::to_string(o.values.size()) +
+                        "): the parts disagree on the step, its stage or its number of responses");
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] += o.values[i];
+    return *this;
+  }
+  double* data() { return values.data(); }
+  std::size_t size() const { return values.size(); }
+};
+
+namespace detail {
+
+// Header of every summary (all fields are sums over parts).
+enum : std::size_t {
+  plan_h_parts = 0,        // 1 per part
+  plan_h_stage = 1,        // the stage index, per part
+  plan_h_width = 2,        // sizeof(T) of the part's values
+  plan_h_fp = 3,           // 8 chunks of 8 bits of the fingerprint
+  plan_h_fp_sq = 11,       // their squares: all parts agree iff parts * sum(x^2) == sum(x)^2
+  plan_h_status = 19,      // 16 counters, one per input_error bit
+  plan_header = 35,
+};
+// Per-response fields of the first stage.
+enum : std::size_t {
+  plan_f_claimed = 0,
+  plan_f_group = 1,  // group id + 1
+  plan_f_length = 2,
+  plan_f_span = 3,
+  plan_f_old_mean = 4,
+  plan_f_input = 5,
+  plan_f_weight = 6,
+  plan_fields = 7,
+};
+inline constexpr int plan_digit_bits = 16;
+inline constexpr std::size_t plan_buckets = std::size_t(1) << plan_digit_bits;
+
+inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+// Parameters are hashed field by field: hashing a struct's bytes would read its padding (and the
+// indeterminate byte of an empty struct), which copies need not preserve. A parameter struct is an
+// aggregate of scalars (and of aggregates of scalars); its fields are counted by trying brace
+// initialisers and read with a structured binding.
+struct any_field {
+  template <class T>
+  operator T() const;
+};
+template <class P, class... A>
+constexpr std::size_t field_count(long) {
+  return sizeof...(A);
+}
+template <class P, class... A>
+constexpr auto field_count(int) -> decltype(P{A{}..., any_field{}}, std::size_t{}) {
+  return field_count<P, A..., any_field>(0);
+}
+
+template <class P>
+std::uint64_t hash_value(std::uint64_t h, const P& p);
+
+template <class... F>
+std::uint64_t hash_fields(std::uint64_t h, const F&... f) {
+  ((h = hash_value(h, f)), ...);
+  return h;
+}
+
+template <class P>
+std::uint64_t hash_value(std::uint64_t h, const P& p) {
+  if constexpr (std::is_scalar_v<P>) {
+    return fnv(h, &p, sizeof(P));
+  } else if constexpr (std::is_aggregate_v<P>) {
+    constexpr std::size_t n = field_count<P>(0);
+    static_assert(n <= 12, "reco::step_plan: parameter structs of more than 12 fields are not hashed");
+    if constexpr (n == 0) {
+      return h;
+    } else if constexpr (n == 1) {
+      const auto& [a] = p;
+      return hash_fields(h, a);
+    } else if constexpr (n == 2) {
+      const auto& [a, b] = p;
+      return hash_fields(h, a, b);
+    } else if constexpr (n == 3) {
+      const auto& [a, b, c] = p;
+      return hash_fields(h, a, b, c);
+    } else if constexpr (n == 4) {
+      const auto& [a, b, c, d] = p;
+      return hash_fields(h, a, b, c, d);
+    } else if constexpr (n == 5) {
+      const auto& [a, b, c, d, e] = p;
+      return hash_fields(h, a, b, c, d, e);
+    } else if constexpr (n == 6) {
+      const auto& [a, b, c, d, e, f] = p;
+      return hash_fields(h, a, b, c, d, e, f);
+    } else if constexpr (n == 7) {
+      const auto& [a, b, c, d, e, f, g] = p;
+      return hash_fields(h, a, b, c, d, e, f, g);
+    } else if constexpr (n == 8) {
+      const auto& [a, b, c, d, e, f, g, i] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i);
+    } else if constexpr (n == 9) {
+      const auto& [a, b, c, d, e, f, g, i, j] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j);
+    } else if constexpr (n == 10) {
+      const auto& [a, b, c, d, e, f, g, i, j, k] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k);
+    } else if constexpr (n == 11) {
+      const auto& [a, b, c, d, e, f, g, i, j, k, l] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k, l);
+    } else {
+      const auto& [a, b, c, d, e, f, g, i, j, k, l, m] = p;
+      return hash_fields(h, a, b, c, d, e, f, g, i, j, k, l, m);
+    }
+  } else {
+    return h;  // not an aggregate: not part of the fingerprint
+  }
+}
+
+template <class C, class = void>
+struct has_params : std::false_type {};
+template <class C>
+struct has_params<C, std::void_t<decltype(std::declval<const C&>().params)>> : std::true_type {};
+template <class C>
+std::uint64_t hash_params(std::uint64_t h, const C& c) {
+  if constexpr (has_params<C>::value) h = hash_value(h, c.params);
+  return h;
+}
+
+// The fingerprint of (objective type and parameters, step, value width): every part of a step and
+// every call with its plan must agree on it.
+template <class Obj>
+std::uint64_t plan_fingerprint(const Obj& obj, const step_info& step, std::size_t width) {
+  std::uint64_t h = 1469598103934665603ull;
+  // The objective type itself (a preset derives from it and is the same objective).
+  using base = std::decay_t<decltype(obj.prepared())>;
+  const char* name = typeid(base).name();
+  h = fnv(h, name, std::strlen(name));
+  h = fnv(h, &step.id, sizeof(step.id));
+  h = fnv(h, &step.responses, sizeof(step.responses));
+  h = fnv(h, &step.scale, sizeof(step.scale));
+  h = fnv(h, &step.config, sizeof(step.config));
+  h = fnv(h, &width, sizeof(width));
+  h = hash_params(h, obj.advantage);
+  h = hash_params(h, obj.ratio);
+  h = hash_params(h, obj.clip);
+  h = hash_params(h, obj.weight);
+  h = hash_params(h, obj.aggregate);
+  h = hash_params(h, obj.select);
+  h = hash_params(h, obj.kl);
+  h = hash_params(h, obj.entropy);
+  return h;
+}
+
+inline step_summary plan_summary(std::size_t body, int stage, std::size_t width, std::uint64_t fp) {
+  step_summary s;
+  s.values.assign(plan_header + body, 0.0);
+  s.values[plan_h_parts] = 1;
+  s.values[plan_h_stage] = stage;
+  s.values[plan_h_width] = static_cast<double>(width);
+  for (int c = 0; c < 8; ++c) {
+    const double x = static_cast<double>((fp >> (8 * c)) & 0xffu);
+    s.values[plan_h_fp + c] = x;
+    s.values[plan_h_fp_sq + c] = x * x;
+  }
+  return s;
+}
+
+// Checks a summed header: every part agrees with the others and with `fp` (when fp_known).
+inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& fp, bool fp_known) {
+  require(s.values.size() >= plan_header, "plan", "summary too short");
+  const double parts = s.values[plan_h_parts];
+  require(parts >= 1 && parts == std::floor(parts), "plan", "summary without parts (parts = " +
+                                                             std::to_string(parts) + ")");
+  std::uint64_t common = 0;
+  for (int c = 0; c < 8; ++c) {
+    const double sum = s.values[plan_h_fp + c], sq = s.values[plan_h_fp_sq + c];
+    if (parts * sq != sum * sum)
+      fail("plan", "the parts disagree on the step or the objective (step id, number of responses, scale, "
+                   "configuration digest, value type, preset or parameters differ between parts)");
+    common |= static_cast<std::uint64_t>(sum / parts) << (8 * c);
+  }
+  if (fp_known && common != fp)
+    fail("plan", "the summaries were made for another step or objective than this one");
+  fp = common;
+  if (s.values[plan_h_stage] != parts * stage)
+    fail("plan", "the parts' summaries are from different stages of the plan (expected stage " +
+                     std::to_string(stage) + ")");
+}
+
+// Order-preserving unsigned keys: a < b as values iff key(a) < key(b); -0 and +0 share a key.
+inline std::uint64_t order_key(double v) {
+  if (v == 0) v = 0.0;
+  std::uint64_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return (u >> 63) ? ~u : (u | (std::uint64_t(1) << 63));
+}
+inline std::uint64_t order_key(float v) {
+  if (v == 0) v = 0.0f;
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return (u >> 31) ? ~u : (u | (std::uint32_t(1) << 31));
+}
+inline double key_value(std::uint64_t k, std::size_t width) {
+  if (width == 8) {
+    const std::uint64_t u = (k >> 63) ? (k & ~(std::uint64_t(1) << 63)) : ~k;
+    double v;
+    std::memcpy(&v, &u, sizeof(v));
+    return v;
+  }
+  const std::uint32_t k32 = static_cast<std::uint32_t>(k);
+  const std::uint32_t u = (k32 >> 31) ? (k32 & ~(std::uint32_t(1) << 31)) : ~k32;
+  float v;
+  std::memcpy(&v, &u, sizeof(v));
+  return static_cast<double>(v);
+}
+
+}  // namespace detail
+
+// The step's plan: what every call of a split step needs from the rest of the step.
+class step_plan {
+ public:
+  enum class stage_kind : std::uint8_t { histogram, cut_counts, complete };
+
+  bool complete() const { return stage_ == stage_kind::complete; }
+  stage_kind stage() const { return stage_; }
+  int stage_index() const { return stage_index_; }
+  std::uint64_t fingerprint() const { return fingerprint_; }
+  const step_info& step() const { return step_; }
+
+  // The step's counts (valid tokens, non-empty responses, R, L_max) and the policy term's (kept
+  // tokens and responses with a kept-denominator selector).
+  const aggregation_counts& valid_counts() const { return valid_; }
+  const aggregation_counts& policy_counts() const { return policy_; }
+  // The step's cut (selection only) and the final per-response values of the step.
+  const entropy_cut& cut() const { return cut_; }
+  const std::vector<double>& advantages() const { return adv_; }
+  const std::vector<double>& weights() const { return weight_; }
+  const std::vector<index_t>& kept() const { return kept_; }
+
+  // Combines the summed summaries of the current round (see plan_round).
+  void advance(const step_summary& total) {
+    detail::require(!complete(), "plan", "is complete; no round is pending");
+    std::uint64_t fp = fingerprint_;
+    detail::check_plan_header(total, stage_index_, fp, true);
+    const double* v = total.values.data() + detail::plan_header;
+    if (stage_ == stage_kind::histogram) {
+      detail::require(total.values.size() == detail::plan_header + targets_ * detail::plan_buckets, "plan",
+                      "histogram summary of the wrong size");
+      for (int j = 0; j < targets_; ++j) {
+        const double* h = v + j * detail::plan_buckets;
+        double below = 0;
+        std::size_t b = 0;
+        for (; b < detail::plan_buckets; ++b) {
+          if (below + h[b] > static_cast<double>(rank_[j])) break;
+          below += h[b];
+        }
+        if (b == detail::plan_buckets)
+          detail::fail("plan", "the parts' histograms hold fewer valid tokens than their summaries counted "
+                               "(inconsistent parts)");
+        rank_[j] -= static_cast<index_t>(below);
+        prefix_[j] = (prefix_[j] << detail::plan_digit_bits) | b;
+      }
+      ++round_;
+      ++stage_index_;
+      if (round_ == rounds()) {
+        const double v0 = detail::key_value(prefix_[0], width_);
+        if (select_.rule == selection_rule::top_k) {
+          cut_.value = v0;
+          cut_.ties = 0;  // set from the counts
+        } else {
+          const double v1 = detail::key_value(prefix_[1], width_);
+          const double n = valid_.tokens;
+          const double pos = (1.0 - select_.rho) * (n > 0 ? n - 1 : 0);
+          const double frac = pos - static_cast<double>(ranks_[0]);
+          cut_.value = v0 + frac * (v1 - v0);
+          cut_.ties = -1;
+        }
+        stage_ = stage_kind::cut_counts;
+      }
+      return;
+    }
+    // Cut counts: per response, tokens above and on the cut.
+    const index_t R = step_.responses;
+    detail::require(total.values.size() == detail::plan_header + 2 * static_cast<std::size_t>(R), "plan",
+                    "cut-count summary of the wrong size");
+    double greater = 0;
+    for (index_t i = 0; i < R; ++i) greater += v[2 * i];
+    index_t budget = -1;  // ties to keep in step order (-1: all)
+    if (cut_.ties >= 0) {
+      budget = select_.use_given ? cut_.ties : select_k_ - static_cast<index_t>(greater);
+      if (budget < 0) detail::fail("plan", "more tokens above the cut than the selection keeps (inconsistent parts)");
+    }
+    ties_.assign(R, 0);
+    kept_.assign(R, 0);
+    double kept_tokens = 0, kept_responses = 0;
+    for (index_t i = 0; i < R; ++i) {
+      const auto above = static_cast<index_t>(v[2 * i]), on = static_cast<index_t>(v[2 * i + 1]);
+      index_t take = on;
+      if (budget >= 0) {
+        take = on < budget ? on : budget;
+        budget -= take;
+      }
+      ties_[i] = budget < 0 ? -1 : take;
+      kept_[i] = above + take;
+      kept_tokens += static_cast<double>(kept_[i]);
+      kept_responses += kept_[i] > 0 ? 1 : 0;
+    }
+    if (kept_denominator_) {
+      policy_.tokens = kept_tokens;
+      policy_.responses = kept_responses;
+    }
+    ++stage_index_;
+    stage_ = stage_kind::complete;
+  }
+
+  // The slice of the plan a call of `responses` responses starting at `first` reads.
+  detail::plan_call call_for(index_t first, index_t responses) const {
+    detail::require(complete(), "plan", "is not complete: run its rounds (plan_round / advance) first");
+    detail::require(first >= 0 && responses >= 0 && first + responses <= step_.responses, "plan",
+                    "part [" + std::to_string(first) + ", " + std::to_string(first + responses) +
+                        ") lies outside the step's " + std::to_string(step_.responses) + " responses");
+    detail::plan_call c;
+    c.advantage = adv_.data() + first;
+    c.weight = weight_.data() + first;
+    c.capped = capped_.data() + first;
+    c.length = length_.data() + first;
+    c.ties = has_selection_ ? ties_.data() + first : nullptr;
+    c.kept = has_selection_ ? kept_.data() + first : nullptr;
+    c.cut = cut_;
+    c.valid = valid_;
+    c.policy = policy_;
+    c.scale = step_.scale;
+    return c;
+  }
+
+  // Where a part's histogram round looks (used by plan_round).
+  int targets() const { return targets_; }
+  int round() const { return round_; }
+  int rounds() const { return static_cast<int>(width_ * 8 / detail::plan_digit_bits); }
+  std::uint64_t prefix(int j) const { return prefix_[j]; }
+  std::size_t width() const { return width_; }
+
+ private:
+  template <class Obj>
+  friend step_plan finish_plan(const Obj& obj, const step_info& step, const step_summary& total);
+
+  stage_kind stage_ = stage_kind::complete;
+  int stage_index_ = 0;
+  std::uint64_t fingerprint_ = 0;
+  step_info step_{};
+  std::size_t width_ = 8;
+  aggregation_counts valid_{}, policy_{};
+  std::vector<double> adv_, weight_;
+  std::vector<std::uint8_t> capped_;
+  std::vector<index_t> length_, ties_, kept_;
+  bool has_selection_ = false, kept_denominator_ = false;
+  top_entropy_selection::params_type select_{};
+  index_t select_k_ = 0;
+  index_t ranks_[2] = {0, 0};  // ascending ranks of the cut's order statistics among valid tokens
+  index_t rank_[2] = {0, 0};   // ... within the current prefix
+  std::uint64_t prefix_[2] = {0, 0};
+  int targets_ = 0, round_ = 0;
+  entropy_cut cut_{HUGE_VAL, -1};
+};
+
+// Stage 0: a part's summary (host memory). Structural errors of the part's batch throw here;
+// errors in its values are carried in the summary and thrown by finish_plan on every part alike.
+template <class Obj, class T>
+step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
+  using namespace detail;
+  obj.validate();
+  gradients<T> none;
+  const index_t N = batch.logp.size();
+  // Checked as a call without gradients would be (the gradients are not part of a summary).
+  {
+    batch_view<T> shape = batch;
+    std::vector<T> g(static_cast<std::size_t>(N));
+    none.logp = span<T>(g.data(), N);
+    std::vector<T> ge(Obj::has_entropy_gradient ? static_cast<std::size_t>(N) : 0);
+    if (Obj::has_entropy_gradient) none.entropy = span<T>(ge.data(), N);
+    validate_batch(shape, none, normalisers{}, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp,
+                   Obj::needs_entropy, Obj::needs_response_weights, Obj::has_entropy_gradient);
+    validate_offsets_host(shape);
+  }
+  const step_info& st = part.step;
+  require(st.responses >= 0, "part.step.responses", "must be >= 0");
+  require(std::isfinite(st.scale) && st.scale > 0, "part.step.scale", "must be finite and > 0");
+  const index_t R = batch.layout.responses;
+  require(part.first_response >= 0 && part.first_response + R <= st.responses, "part.first_response",
+          "the part's responses [" + std::to_string(part.first_response) + ", " +
+              std::to_string(part.first_response + R) + ") must lie in the step's " + std::to_string(st.responses));
+  require(part.first_group >= 0, "part.first_group", "must be >= 0");
+
+  const std::uint64_t fp = plan_fingerprint(obj, st, sizeof(T));
+  step_summary s = plan_summary(plan_fields * static_cast<std::size_t>(st.responses), 0, sizeof(T), fp);
+
+  batch_pointers<T> b = pointers_of(batch);
+  input_checks checks;
+  checks.ref = Obj::kl_type::active;
+  checks.entropy = Obj::needs_entropy;
+  checks.rewards = Obj::needs_rewards;
+  checks.advantages = Obj::needs_advantages;
+  checks.response_weights = Obj::weight_type::reads_response_weights;
+  std::vector<index_t> length(R), first(R), last(R);
+  std::vector<double> old_mean(R);
+  std::vector<std::uint32_t> status(R);
+  response_scratch r;
+  r.length = length.data();
+  r.first = first.data();
+  r.last = last.data();
+  r.old_mean = old_mean.data();
+  r.status = status.data();
+  scan_response_fn<T> scan{b, checks, r};
+  std::uint32_t bits = 0;
+  double* body = s.values.data() + plan_header;
+  const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
+  for (index_t g = 0; g < b.groups; ++g) {
+    for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
+      scan(i);
+      bits |= status[i];
+      double* f = body + plan_fields * static_cast<std::size_t>(part.first_response + i);
+      f[plan_f_claimed] = 1;
+      f[plan_f_group] = static_cast<double>(part.first_group + g + 1);
+      f[plan_f_length] = static_cast<double>(length[i]);
+      f[plan_f_span] = static_cast<double>(b.layout.end(i) - b.layout.begin(i));
+      f[plan_f_old_mean] = old_mean[i];
+      f[plan_f_input] = input ? static_cast<double>(input[i]) : 0.0;
+      f[plan_f_weight] = b.response_weights ? static_cast<double>(b.response_weights[i]) : 1.0;
+    }
+  }
+  for (int k = 0; k < 16; ++k)
+    if (bits & (1u << k)) s.values[plan_h_status + k] = 1;
+  return s;
+}
+
+// The plan from the sum of every part's summary (the same on every part).
+template <class Obj>
+step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summary& total) {
+  using namespace detail;
+  obj_in.validate();
+  std::uint64_t fp = 0;
+  check_plan_header(total, 0, fp, false);
+  const double parts = total.values[plan_h_parts];
+  const auto width = static_cast<std::size_t>(total.values[plan_h_width] / parts);
+  if (plan_fingerprint(obj_in, step, width) != fp)
+    fail("plan", "the summaries were made for another step or objective than this one");
+  std::uint32_t bits = 0;
+  for (int k = 0; k < 16; ++k)
+    if (total.values[plan_h_status + k] > 0) bits |= 1u << k;
+  throw_if_error(bits);
+
+  const index_t R = step.responses;
+  require(total.values.size() == plan_header + plan_fields * static_cast<std::size_t>(R), "plan",
+          "summary of the wrong size for the step's " + std::to_string(R) + " responses");
+  const double* body = total.values.data() + plan_header;
+  auto field = [&](index_t i, std::size_t f) { return body[plan_fields * static_cast<std::size_t>(i) + f]; };
+
+  // Every response of the step comes from exactly one part; group ids never decrease.
+  std::vector<index_t> group_offsets{0};
+  std::vector<index_t> token_offsets{0};
+  std::vector<index_t> length(R);
+  std::vector<double> old_mean(R), input(R), given(R);
+  for (index_t i = 0; i < R; ++i) {
+    const double c = field(i, plan_f_claimed);
+    if (c != 1)
+      fail("plan", "response " + std::to_string(i) + " of the step is in " + std::to_string(static_cast<long long>(c)) +
+                       " parts (each response must be in exactly one part)");
+    const double g = field(i, plan_f_group);
+    if (i > 0) {
+      const double prev = field(i - 1, plan_f_group);
+      if (g < prev)
+        fail("plan", "group ids decrease at response " + std::to_string(i) +
+                         " of the step (a part's first_group is wrong)");
+      if (g != prev) group_offsets.push_back(i);
+    }
+    length[i] = static_cast<index_t>(field(i, plan_f_length));
+    token_offsets.push_back(token_offsets.back() + static_cast<index_t>(field(i, plan_f_span)));
+    old_mean[i] = field(i, plan_f_old_mean);
+    input[i] = field(i, plan_f_input);
+    given[i] = field(i, plan_f_weight);
+  }
+  if (R > 0) group_offsets.push_back(R);
+
+  // The group and batch stages of the whole step, with the call's own passes (in double).
+  const auto obj = obj_in.prepared();
+  using O = std::decay_t<decltype(obj)>;
+  using adv_t = typename O::advantage_type;
+  constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
+  batch_pointers<double> b;
+  b.layout = packed(span<const index_t>(token_offsets));
+  b.layout.tokens = token_offsets.back();
+  b.group_offsets = group_offsets.data();
+  b.groups = static_cast<index_t>(group_offsets.size()) - 1;
+  if (reads_rewards) b.rewards = input.data(); else b.advantages = input.data();
+  b.response_weights = given.data();
+
+  step_plan plan;
+  plan.fingerprint_ = fp;
+  plan.step_ = step;
+  plan.width_ = width;
+  plan.adv_.assign(R, 0.0);
+  plan.weight_.assign(R, 0.0);
+  plan.capped_.assign(R, 0);
+  plan.length_ = length;
+  std::vector<double> log_weight(R, 0.0);
+  response_scratch r;
+  r.length = plan.length_.data();
+  r.old_mean = old_mean.data();
+  r.log_weight = log_weight.data();
+  r.adv = plan.adv_.data();
+  r.weight = plan.weight_.data();
+  r.capped = plan.capped_.data();
+  std::vector<std::uint32_t> group_status(b.groups > 0 ? b.groups : 1, 0);
+  std::vector<std::uint8_t> group_zero(b.groups > 0 ? b.groups : 1, 0);
+  group_fn<O, double> gf{obj, b, r, group_status.data(), group_zero.data()};
+  std::uint32_t gbits = 0;
+  for (index_t g = 0; g < b.groups; ++g) {
+    gf(g);
+    gbits |= group_status[g];
+  }
+  throw_if_error(gbits);
+  objective_scalars s{};
+  batch_partial_fn<double> bp{b, r, reads_rewards};
+  for (index_t i = 0; i < R; ++i) s.batch = batch_partial::merge(s.batch, bp(i));
+  batch_stats_fn<O>{&s, obj}(0);
+  if (adv_t::batch_stage != advantage_batch_stage::none ||
+      obj.weight.normalisation() == weight_normalisation::batch_mean) {
+    finalize_response_fn<O> fin{obj, r, &s};
+    for (index_t i = 0; i < R; ++i) fin(i);
+  }
+
+  aggregation_counts v;
+  v.tokens = s.batch.tokens;
+  v.responses = s.batch.nonempty;
+  v.all_responses = static_cast<double>(R);
+  v.max_length = s.batch.longest;
+  plan.valid_ = v;
+  plan.policy_ = v;
+  plan.stage_ = step_plan::stage_kind::complete;
+  plan.stage_index_ = 1;
+  if constexpr (O::selector_type::active) {
+    const auto& p = obj.select.params;
+    plan.has_selection_ = true;
+    plan.kept_denominator_ = obj.kept_denominator();
+    plan.select_ = p;
+    const auto n = static_cast<index_t>(v.tokens);
+    if (n == 0) {
+      // Nothing to keep: every part keeps nothing, with or without a given cut.
+      plan.cut_ = entropy_cut{HUGE_VAL, -1};
+      plan.stage_ = step_plan::stage_kind::cut_counts;
+    } else if (p.use_given) {
+      plan.cut_ = p.given;
+      if (p.rule == selection_rule::quantile) plan.cut_.ties = -1;
+      plan.stage_ = step_plan::stage_kind::cut_counts;
+    } else if (p.rule == selection_rule::top_k) {
+      plan.select_k_ = top_k_count(p.rho, n);
+      plan.ranks_[0] = plan.ranks_[1] = n - plan.select_k_;
+      plan.targets_ = 1;
+      plan.stage_ = step_plan::stage_kind::histogram;
+    } else {
+      const double pos = (1.0 - p.rho) * static_cast<double>(n - 1);
+      const auto lo = static_cast<index_t>(pos);
+      plan.ranks_[0] = lo;
+      plan.ranks_[1] = lo + 1 < n ? lo + 1 : lo;
+      plan.targets_ = 2;
+      plan.stage_ = step_plan::stage_kind::histogram;
+    }
+    plan.rank_[0] = plan.ranks_[0];
+    plan.rank_[1] = plan.ranks_[1];
+  }
+  return plan;
+}
+
+// A part's summary for the plan's pending round (host memory): a histogram of its entropy keys
+// under the current prefix, or its per-response counts above and on the cut.
+template <class Obj, class T>
+step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<T>& batch, const step_part& part) {
+  using namespace detail;
+  require(!plan.complete(), "plan", "is complete; no round is pending");
+  require(plan_fingerprint(obj, part.step, sizeof(T)) == plan.fingerprint(), "plan",
+          "was built for another step, objective or value type than this part");
+  const index_t R = batch.layout.responses;
+  require(part.first_response >= 0 && part.first_response + R <= part.step.responses, "part.first_response",
+          "the part's responses must lie in the step");
+  const batch_pointers<T> b = pointers_of(batch);
+  const bool histogram = plan.stage() == step_plan::stage_kind::histogram;
+  const std::size_t body = histogram ? static_cast<std::size_t>(plan.targets()) * plan_buckets
+                                     : 2 * static_cast<std::size_t>(part.step.responses);
+  step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
+  double* out = s.values.data() + plan_header;
+  if (histogram) {
+    const int W = static_cast<int>(sizeof(T) * 8);
+    const int done = plan.round() * plan_digit_bits;
+    const int shift = W - done - plan_digit_bits;
+    std::vector<std::int64_t> counts(body, 0);  // integers: exact, then one conversion
+    for (index_t t = 0; t < b.layout.tokens; ++t) {
+      if (!b.valid(t)) continue;
+      const std::uint64_t k = order_key(b.entropy[t]);
+      const std::size_t bucket = static_cast<std::size_t>((k >> shift) & (plan_buckets - 1));
+      for (int j = 0; j < plan.targets(); ++j) {
+        const bool match = done == 0 || (k >> (W - done)) == plan.prefix(j);
+        if (match) ++counts[static_cast<std::size_t>(j) * plan_buckets + bucket];
+      }
+    }
+    for (std::size_t i = 0; i < body; ++i) out[i] = static_cast<double>(counts[i]);
+  } else {
+    const double cut = plan.cut().value;
+    for (index_t i = 0; i < R; ++i) {
+      std::int64_t above = 0, on = 0;
+      for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t) {
+        if (!b.valid(t)) continue;
+        const double h = static_cast<double>(b.entropy[t]);
+        above += h > cut ? 1 : 0;
+        on += h == cut ? 1 : 0;
+      }
+      out[2 * (part.first_response + i)] = static_cast<double>(above);
+      out[2 * (part.first_response + i) + 1] = static_cast<double>(on);
+    }
+  }
+  return s;
+}
+
+// Gradient accumulation in one process: the plan of a step given as parts (batches[p] is part
+// parts[p]), with the summaries added here instead of all-reduced.
+template <class Obj, class T>
+step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<batch_view<T>>& batches,
+                    const std::vector<step_part>& parts) {
+  detail::require(batches.size() == parts.size() && !parts.empty(), "parts",
+                  "needs one step_part per batch (and at least one)");
+  step_summary total;
+  for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p]);
+  step_plan plan = finish_plan(obj, step, total);
+  while (!plan.complete()) {
+    step_summary round;
+    for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p]);
+    plan.advance(round);
+  }
+  return plan;
+}
+
+RECO_NAMESPACE_END

@@ -1,0 +1,575 @@
+// Split steps (reco/step_plan.hpp): a step cut into parts (micro-batches, ranks) and run with its
+// plan gives the loss and gradient of one call on the whole step, for every preset and the
+// components with step-wide statistics, in float and double, whatever the split: uneven parts,
+// empty parts, parts of masked tokens only, groups across parts, entropy ties across the cut.
+// The summaries are combined here by plain addition (what an all-reduce SUM does across ranks).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/compare.hpp"
+#include "core/random_batch.hpp"
+#include "reco/advantage/batch_std.hpp"
+#include "reco/advantage/gpg.hpp"
+#include "reco/advantage/opo.hpp"
+#include "reco/advantage/pass_at_k.hpp"
+#include "reco/advantage/reinforce_pp.hpp"
+#include "reco/advantage/rloo.hpp"
+#include "reco/aggregate/seq_mean_token_sum.hpp"
+#include "reco/clip/entropy_split_clip.hpp"
+#include "reco/entropy/entropy_bonus.hpp"
+#include "reco/presets.hpp"
+#include "reco/step_plan.hpp"
+#include "reco/weight/caller_weight.hpp"
+#include "reference/reco_ref.hpp"
+
+namespace {
+
+using reco::index_t;
+using reco_test::master_batch;
+using reco_test::typed_batch;
+
+// Responses [a, b) of m as a batch of their own, and where they sit in the step.
+master_batch slice(const master_batch& m, index_t a, index_t b, index_t& first_group) {
+  master_batch s;
+  s.padded = m.padded;
+  s.T = m.T;
+  s.R = b - a;
+  const index_t t0 = a < b ? m.begin(a) : 0, t1 = a < b ? m.end(b - 1) : 0;
+  s.N = t1 - t0;
+  auto tok = [&](const std::vector<double>& v) {
+    return v.empty() ? v : std::vector<double>(v.begin() + t0, v.begin() + t1);
+  };
+  auto resp = [&](const std::vector<double>& v) {
+    return v.empty() ? v : std::vector<double>(v.begin() + a, v.begin() + b);
+  };
+  s.logp = tok(m.logp);
+  s.old_logp = tok(m.old_logp);
+  s.ref_logp = tok(m.ref_logp);
+  s.entropy = tok(m.entropy);
+  s.token_weights = tok(m.token_weights);
+  s.mask.assign(m.mask.begin() + t0, m.mask.begin() + t1);
+  s.rewards = resp(m.rewards);
+  s.advantages = resp(m.advantages);
+  s.response_weights = resp(m.response_weights);
+  s.lengths.assign(m.lengths.begin() + a, m.lengths.begin() + b);
+  if (!m.padded) {
+    s.offsets.push_back(0);
+    for (index_t i = a; i < b; ++i) s.offsets.push_back(m.offsets[i + 1] - t0);
+  }
+  s.group_offsets.push_back(0);
+  first_group = 0;
+  const index_t P = static_cast<index_t>(m.group_offsets.size()) - 1;
+  for (index_t g = 0; g < P; ++g)
+    if (m.group_offsets[g] <= a && a < m.group_offsets[g + 1]) first_group = g;
+  for (index_t g = 1; g < P; ++g)
+    if (m.group_offsets[g] > a && m.group_offsets[g] < b) s.group_offsets.push_back(m.group_offsets[g] - a);
+  if (b > a) s.group_offsets.push_back(b - a);
+  return s;
+}
+
+struct split_output {
+  double loss = 0, policy = 0, kl = 0, entropy = 0;
+  std::vector<double> grad_logp, grad_entropy;
+  reco::step_plan plan;
+};
+
+// Runs the step as parts cut at `cuts` (inner boundaries, sorted, duplicates = empty parts).
+template <class T, class Obj>
+split_output run_split(const Obj& obj, const master_batch& m, const std::vector<index_t>& cuts,
+                       std::uint64_t step_id = 7, double scale = 1.0) {
+  std::vector<index_t> bounds{0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(m.R);
+  reco::step_info step{step_id, m.R, scale, 0};
+  std::vector<master_batch> subs;
+  std::vector<reco::step_part> parts;
+  for (std::size_t p = 0; p + 1 < bounds.size(); ++p) {
+    index_t fg = 0;
+    subs.push_back(slice(m, bounds[p], bounds[p + 1], fg));
+    parts.push_back(reco::step_part{step, bounds[p], fg});
+  }
+  std::vector<typed_batch<T>> typed;
+  for (const auto& s : subs) typed.emplace_back(s);
+  std::vector<reco::batch_view<T>> views;
+  for (const auto& t : typed) views.push_back(t.view());
+
+  split_output out;
+  out.plan = reco::plan_step(obj, step, views, parts);
+  out.grad_logp.assign(m.logp.size(), 0.0);
+  if (Obj::has_entropy_gradient) out.grad_entropy.assign(m.logp.size(), 0.0);
+  reco::workspace<reco::cpu> ws;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const auto N = subs[p].logp.size();
+    std::vector<T> g(N, T(-5)), gh(N, T(-5));
+    const auto r = obj(reco::cpu{}, views[p],
+                       reco::gradients<T>{g, Obj::has_entropy_gradient ? reco::span<T>(gh) : reco::span<T>()}, ws,
+                       out.plan, parts[p]);
+    out.loss += r.loss;
+    out.policy += r.policy_loss;
+    out.kl += r.kl_loss;
+    out.entropy += r.entropy_loss;
+    const index_t t0 = bounds[p] < bounds[p + 1] ? m.begin(bounds[p]) : 0;
+    for (std::size_t t = 0; t < N; ++t) {
+      out.grad_logp[t0 + t] = static_cast<double>(g[t]);
+      if (Obj::has_entropy_gradient) out.grad_entropy[t0 + t] = static_cast<double>(gh[t]);
+    }
+  }
+  return out;
+}
+
+// The largest relative errors seen, for the report.
+struct worst {
+  double loss = 0, grad = 0;
+};
+worst& worst_for(bool is_float) {
+  static worst w32, w64;
+  return is_float ? w32 : w64;
+}
+
+// Parts' sum vs one call on the whole step: values relative to the loss's magnitude (its largest
+// part, at least 1e-3), gradients relative to the largest gradient.
+template <class T>
+void expect_same(const split_output& s, const reco_test::library_output& whole, const std::string& label) {
+  SCOPED_TRACE(label);
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-12;
+  const auto& w = whole.result;
+  const double scale = std::max({std::fabs(w.policy_loss), std::fabs(w.kl_loss), std::fabs(w.entropy_loss), 1e-3});
+  worst& wr = worst_for(std::is_same_v<T, float>);
+  for (auto [got, want, name] : {std::tuple{s.loss, w.loss, "loss"}, std::tuple{s.policy, w.policy_loss, "policy"},
+                                 std::tuple{s.kl, w.kl_loss, "kl"}, std::tuple{s.entropy, w.entropy_loss, "entropy"}}) {
+    const double rel = std::fabs(got - want) / scale;
+    wr.loss = std::max(wr.loss, rel);
+    EXPECT_LE(rel, tol) << name << ": parts " << got << ", whole " << want;
+  }
+  ASSERT_EQ(s.grad_logp.size(), whole.grad_logp.size());
+  double gmax = 1e-300;
+  for (double x : whole.grad_logp) gmax = std::max(gmax, std::fabs(x));
+  int bad = 0;
+  for (std::size_t t = 0; t < s.grad_logp.size() && bad < 5; ++t) {
+    const double rel = std::fabs(s.grad_logp[t] - whole.grad_logp[t]) / gmax;
+    wr.grad = std::max(wr.grad, rel);
+    if (rel > tol) {
+      ++bad;
+      ADD_FAILURE() << "grad_logp[" << t << "]: parts " << s.grad_logp[t] << ", whole " << whole.grad_logp[t];
+    }
+  }
+  for (std::size_t t = 0; t < s.grad_entropy.size(); ++t)
+    ASSERT_NEAR(s.grad_entropy[t], whole.grad_entropy[t], tol * 1e-3) << "grad_entropy[" << t << "]";
+}
+
+// Cut sets: 1, 2, 3, 4 and 6 parts, uneven, with empty parts (repeated boundaries).
+std::vector<std::vector<index_t>> standard_cuts(index_t R, std::uint64_t seed) {
+  std::vector<std::vector<index_t>> cuts;
+  cuts.push_back({});
+  cuts.push_back({R / 2});
+  cuts.push_back({1, R - 1});               // uneven: 1, R - 2, 1
+  cuts.push_back({0, R / 3, R / 3});        // empty first part, empty middle part
+  cuts.push_back({R / 4, R / 2, R});        // empty last part
+  std::mt19937_64 rng(seed);
+  for (int n : {2, 3, 4, 6}) {
+    std::vector<index_t> c;
+    for (int k = 0; k + 1 < n; ++k) c.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(R + 1)));
+    std::sort(c.begin(), c.end());
+    cuts.push_back(c);
+  }
+  cuts.push_back({1, 2, 3, 4, 5});  // six parts, the first five of one response
+  for (auto& c : cuts)
+    for (auto& x : c) x = std::min(std::max<index_t>(x, 0), R);
+  return cuts;
+}
+
+// Batches of the sweep: both layouts, continuous or tied entropies, one with a part of masked
+// tokens only (responses [R/3, R/2) fully masked).
+std::vector<master_batch> standard_batches(std::uint64_t seed) {
+  std::vector<master_batch> out;
+  for (int k = 0; k < 4; ++k) {
+    reco_test::batch_spec spec;
+    spec.padded = k % 2 == 1;
+    spec.groups = 5 + k;
+    spec.max_group = 6;
+    spec.max_length = 9;
+    spec.response_weights = true;
+    spec.token_weights = k == 2;
+    master_batch m = reco_test::make_batch(seed + static_cast<std::uint64_t>(k), spec);
+    if (k >= 2)  // heavy ties: 7 distinct entropies
+      for (double& h : m.entropy) h = std::round(h * 2.0) / 2.0;
+    if (k == 3)
+      for (index_t i = m.R / 3; i < m.R / 2; ++i)
+        for (index_t t = m.begin(i); t < m.end(i); ++t) m.mask[static_cast<std::size_t>(t)] = 0;
+    out.push_back(m);
+  }
+  return out;
+}
+
+template <class T, class Obj>
+void check_all_splits(const Obj& obj, const std::string& name, std::uint64_t seed) {
+  for (master_batch m : standard_batches(seed)) {
+    reco_test::round_to<T>(m);
+    const auto whole = reco_test::run_library<T>(obj, m);
+    for (const auto& cuts : standard_cuts(m.R, seed)) {
+      std::string label = name + (std::is_same_v<T, float> ? " float" : " double") +
+                          (m.padded ? " padded" : " packed") + " R=" + std::to_string(m.R) + " cuts:";
+      for (auto c : cuts) label += " " + std::to_string(c);
+      expect_same<T>(run_split<T>(obj, m, cuts), whole, label);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+template <class Obj>
+void check_both(const Obj& obj, const std::string& name, std::uint64_t seed) {
+  check_all_splits<double>(obj, name, seed);
+  check_all_splits<float>(obj, name, seed);
+}
+
+TEST(StepPlan, PresetsGrpo) { check_both(reco::presets::grpo{}, "grpo", 11); }
+TEST(StepPlan, PresetsDrGrpo) { check_both(reco::presets::dr_grpo{}, "dr_grpo", 12); }
+TEST(StepPlan, PresetsDapo) { check_both(reco::presets::dapo{}, "dapo", 13); }
+TEST(StepPlan, PresetsGspo) { check_both(reco::presets::gspo{}, "gspo", 14); }
+TEST(StepPlan, PresetsCispo) { check_both(reco::presets::cispo{}, "cispo", 15); }
+TEST(StepPlan, PresetsAspo) { check_both(reco::presets::aspo{}, "aspo", 16); }
+TEST(StepPlan, PresetsReco) { check_both(reco::presets::reco{}, "reco", 17); }
+TEST(StepPlan, PresetsRecoNoCap) { check_both(reco::presets::reco_no_cap{}, "reco_no_cap", 18); }
+TEST(StepPlan, PresetsRecoResponseOnly) { check_both(reco::presets::reco_response_only{}, "reco_response_only", 19); }
+TEST(StepPlan, PresetsRecoTokenOnly) { check_both(reco::presets::reco_token_only{}, "reco_token_only", 20); }
+TEST(StepPlan, PresetsDapoReco) { check_both(reco::presets::dapo_reco{}, "dapo_reco", 21); }
+TEST(StepPlan, PresetsRule8020) { check_both(reco::presets::rule_80_20{}, "rule_80_20", 22); }
+TEST(StepPlan, PresetsRule8020Reco) { check_both(reco::presets::rule_80_20_reco{}, "rule_80_20_reco", 23); }
+
+// Components whose statistics span the step: batch whitening, batch and group weight
+// normalisation, batch reward std, GPG's nonzero count, pass@k, OPO, the quantile rule, the kept
+// denominator, the entropy-split clip, the entropy bonus.
+TEST(StepPlan, ComponentsBatchStages) {
+  reco::objective<reco::reinforce_pp_advantage, reco::token_ratio, reco::ppo_clip, reco::expected_count_weight,
+                  reco::seq_mean_token_sum>
+      whiten;
+  whiten.weight.params.normalise = reco::weight_normalisation::batch_mean;
+  check_both(whiten, "reinforce_pp + batch-mean weights", 31);
+
+  reco::objective<reco::rloo_advantage, reco::token_ratio, reco::ppo_clip, reco::expected_count_weight,
+                  reco::seq_mean_token_mean>
+      group_norm;
+  group_norm.weight.params.normalise = reco::weight_normalisation::group_mean;
+  check_both(group_norm, "rloo + group-mean weights", 32);
+
+  reco::objective<reco::batch_std_advantage, reco::token_ratio, reco::ppo_clip, reco::caller_weight,
+                  reco::token_mean>
+      batch_std;
+  batch_std.weight.params.normalise = reco::weight_normalisation::batch_mean;
+  check_both(batch_std, "batch_std + caller weights", 33);
+
+  reco::objective<reco::gpg_advantage, reco::token_ratio, reco::no_clip, reco::uniform_weight,
+                  reco::seq_mean_token_sum_norm>
+      gpg;
+  check_both(gpg, "gpg + sum_norm", 34);
+}
+
+TEST(StepPlan, ComponentsSelection) {
+  reco::objective<reco::pass_at_k_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                  reco::token_mean, reco::top_entropy_selection>
+      quantile;
+  quantile.select.params.rule = reco::selection_rule::quantile;
+  quantile.select.params.denominator = reco::selection_denominator::kept;
+  check_both(quantile, "pass@k + quantile cut, kept denominator", 41);
+
+  reco::objective<reco::opo_advantage, reco::variance_ratio, reco::entropy_split_clip, reco::expected_count_weight,
+                  reco::seq_mean_token_mean, reco::top_entropy_selection, reco::kl_penalty, reco::entropy_bonus>
+      kept;
+  kept.select.params.denominator = reco::selection_denominator::kept;
+  kept.select.params.rho = 0.35;
+  check_both(kept, "opo + top-k kept denominator + split clip + KL + entropy bonus", 42);
+
+  reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+                  reco::top_entropy_selection>
+      given;
+  given.select.params.use_given = true;
+  given.select.params.given = reco::entropy_cut{1.5, 3};
+  check_both(given, "given cut with a tie budget", 43);
+}
+
+// The sum of the parts against the independent reference on the whole step.
+TEST(StepPlan, PartsMatchReference) {
+  auto check = [](const auto& obj, const std::string& name) {
+    const reco_ref::config cfg = reco_ref::preset(name);
+    for (const master_batch& m0 : standard_batches(50)) {
+      const reco_ref::output ref = reco_ref::evaluate(reco_test::to_reference(m0), cfg);
+      const split_output s = run_split<double>(obj, m0, {2, 5, 5, m0.R - 3});
+      const double scale = std::max({std::fabs(ref.policy_loss), std::fabs(ref.kl_loss), 1e-3});
+      EXPECT_NEAR(s.loss, ref.loss, 1e-10 * scale) << name;
+      double gmax = 0;
+      for (double x : ref.grad_logp) gmax = std::max(gmax, std::fabs(x));
+      for (std::size_t t = 0; t < ref.grad_logp.size(); ++t)
+        ASSERT_NEAR(s.grad_logp[t], ref.grad_logp[t], 1e-10 * gmax) << name << " token " << t;
+      // The kept set of the 80/20 presets: the reference's per-token flags, counted per response.
+      if (cfg.select != reco_ref::selection::all) {
+        for (index_t i = 0; i < m0.R; ++i) {
+          index_t n = 0;
+          for (index_t t = m0.begin(i); t < m0.end(i); ++t) n += ref.kept[static_cast<std::size_t>(t)];
+          ASSERT_EQ(s.plan.kept()[static_cast<std::size_t>(i)], n) << name << " response " << i;
+        }
+      }
+    }
+  };
+  check(reco::presets::grpo{}, "grpo");
+  check(reco::presets::dr_grpo{}, "dr_grpo");
+  check(reco::presets::reco{}, "reco");
+  check(reco::presets::rule_80_20{}, "rule_80_20");
+  check(reco::presets::rule_80_20_reco{}, "rule_80_20_reco");
+}
+
+// Every entropy equal: the cut keeps the first k valid tokens of the step, whatever the split.
+TEST(StepPlan, TiesAcrossPartsKeepStepOrder) {
+  reco_test::batch_spec spec;
+  spec.groups = 6;
+  spec.max_length = 7;
+  master_batch m = reco_test::make_batch(77, spec);
+  for (double& h : m.entropy) h = 1.25;
+  index_t valid = 0;
+  for (auto v : m.mask) valid += v;
+  const index_t k = std::max<index_t>(1, static_cast<index_t>(std::ceil(0.2 * static_cast<double>(valid) - 1e-9)));
+  reco::presets::rule_80_20 obj;
+  for (const auto& cuts : standard_cuts(m.R, 5)) {
+    const split_output s = run_split<float>(obj, m, cuts);
+    index_t budget = k;
+    for (index_t i = 0; i < m.R; ++i) {
+      index_t want = 0;
+      for (index_t t = m.begin(i); t < m.end(i); ++t)
+        if (m.mask[static_cast<std::size_t>(t)] && budget > 0) {
+          ++want;
+          --budget;
+        }
+      ASSERT_EQ(s.plan.kept()[static_cast<std::size_t>(i)], want) << "response " << i;
+    }
+    EXPECT_EQ(s.plan.cut().value, 1.25);
+    EXPECT_EQ(s.plan.policy_counts().tokens, static_cast<double>(valid));  // valid denominator
+  }
+}
+
+// Without a plan each call normalises by its own counts (the per-call convention): a two-way
+// split of Dr.GRPO is off by the ratio of the constants; with the plan it is not.
+TEST(StepPlan, PerCallModeDiffersPlanDoesNot) {
+  reco_test::batch_spec spec;
+  spec.padded = true;
+  spec.groups = 6;
+  spec.max_group = 4;
+  const master_batch m = reco_test::make_batch(5, spec);
+  reco::presets::dr_grpo obj;
+  const auto whole = reco_test::run_library<double>(obj, m);
+  const index_t half = m.group_offsets[3];
+  index_t fg = 0;
+  const auto a = reco_test::run_library<double>(obj, slice(m, 0, half, fg));
+  const auto b = reco_test::run_library<double>(obj, slice(m, half, m.R, fg));
+  // Each half divides by its own R_part * T instead of R * T.
+  const double naive = a.result.loss * static_cast<double>(half) / static_cast<double>(m.R) +
+                       b.result.loss * static_cast<double>(m.R - half) / static_cast<double>(m.R);
+  EXPECT_NEAR(naive, whole.result.loss, 1e-12 * std::fabs(whole.result.loss));  // (the groups are whole)
+  EXPECT_GT(std::fabs(a.result.loss + b.result.loss - whole.result.loss), 1e-3 * std::fabs(whole.result.loss));
+  const split_output s = run_split<double>(obj, m, {half});
+  EXPECT_NEAR(s.loss, whole.result.loss, 1e-12 * std::fabs(whole.result.loss));
+  EXPECT_EQ(s.plan.valid_counts().all_responses * s.plan.valid_counts().max_length, static_cast<double>(m.R * m.T));
+}
+
+// The plan's scale multiplies every part's loss and gradient (data-parallel averaging).
+TEST(StepPlan, ScaleMultipliesLossAndGradient) {
+  reco_test::batch_spec spec;
+  const master_batch m = reco_test::make_batch(9, spec);
+  reco::presets::reco obj;
+  const split_output one = run_split<double>(obj, m, {3, 9}, 7, 1.0);
+  const split_output four = run_split<double>(obj, m, {3, 9}, 7, 4.0);
+  EXPECT_NEAR(four.loss, 4.0 * one.loss, 1e-12 * std::fabs(one.loss));
+  for (std::size_t t = 0; t < one.grad_logp.size(); ++t)
+    ASSERT_NEAR(four.grad_logp[t], 4.0 * one.grad_logp[t], 1e-12 * (std::fabs(one.grad_logp[t]) + 1e-300));
+}
+
+// Many random batches and splits, random presets of each kind.
+TEST(StepPlan, RandomSplitsProperty) {
+  std::mt19937_64 rng(2024);
+  for (int it = 0; it < 120; ++it) {
+    reco_test::batch_spec spec;
+    spec.padded = rng() % 2 == 0;
+    spec.groups = 2 + static_cast<int>(rng() % 8);
+    spec.max_group = 1 + static_cast<int>(rng() % 7);
+    spec.max_length = 1 + static_cast<int>(rng() % 15);
+    spec.masked_row = 0.2;
+    spec.response_weights = true;
+    master_batch m = reco_test::make_batch(rng(), spec);
+    if (rng() % 2 == 0)
+      for (double& h : m.entropy) h = std::round(h * 4.0) / 4.0;
+    const int n = 1 + static_cast<int>(rng() % 8);
+    std::vector<index_t> cuts;
+    for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(m.R + 1)));
+    std::sort(cuts.begin(), cuts.end());
+    const std::string label = "iteration " + std::to_string(it);
+    switch (it % 4) {
+      case 0: expect_same<double>(run_split<double>(reco::presets::rule_80_20_reco{}, m, cuts),
+                                  reco_test::run_library<double>(reco::presets::rule_80_20_reco{}, m), label); break;
+      case 1: expect_same<double>(run_split<double>(reco::presets::dr_grpo{}, m, cuts),
+                                  reco_test::run_library<double>(reco::presets::dr_grpo{}, m), label); break;
+      case 2: {
+        master_batch m32 = m;
+        reco_test::round_to<float>(m32);
+        expect_same<float>(run_split<float>(reco::presets::reco{}, m32, cuts),
+                           reco_test::run_library<float>(reco::presets::reco{}, m32), label);
+        break;
+      }
+      default: {
+        master_batch m32 = m;
+        reco_test::round_to<float>(m32);
+        expect_same<float>(run_split<float>(reco::presets::rule_80_20{}, m32, cuts),
+                           reco_test::run_library<float>(reco::presets::rule_80_20{}, m32), label);
+      }
+    }
+    if (HasFailure()) return;
+  }
+}
+
+TEST(StepPlan, ReportWorstErrors) {
+  // Printed for the record (run after the sweeps in the same binary).
+  std::printf("worst relative error, float64: loss %.3g grad %.3g; float32: loss %.3g grad %.3g\n",
+              worst_for(false).loss, worst_for(false).grad, worst_for(true).loss, worst_for(true).grad);
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+struct two_parts {
+  master_batch m, a, b;
+  index_t half = 0, fg_a = 0, fg_b = 0;
+  two_parts() {
+    reco_test::batch_spec spec;
+    spec.groups = 4;
+    m = reco_test::make_batch(3, spec);
+    half = m.R / 2;
+    a = slice(m, 0, half, fg_a);
+    b = slice(m, half, m.R, fg_b);
+  }
+};
+
+template <class T>
+std::vector<reco::batch_view<T>> views(const typed_batch<T>& a, const typed_batch<T>& b) {
+  return {a.view(), b.view()};
+}
+
+template <class F>
+void expect_plan_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected one naming 'plan' with \"" << needle << "\")";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "plan") << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(StepPlan, PlanFromAnotherStepIsRejected) {
+  two_parts d;
+  reco::presets::grpo obj;
+  typed_batch<double> ta(d.a), tb(d.b);
+  reco::step_info step{1, d.m.R, 1.0, 0};
+  const reco::step_part pa{step, 0, d.fg_a}, pb{step, d.half, d.fg_b};
+  const reco::step_plan plan = reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, pb});
+  std::vector<double> g(d.a.logp.size());
+  reco::step_part next = pa;
+  next.step.id = 2;
+  expect_plan_error([&] { obj(reco::cpu{}, ta.view(), reco::gradients<double>{g, {}}, plan, next); }, "another step");
+  // Another objective (a changed parameter) with the same step.
+  reco::presets::grpo other;
+  other.clip.params.eps_high = 0.3;
+  expect_plan_error([&] { other(reco::cpu{}, ta.view(), reco::gradients<double>{g, {}}, plan, pa); }, "another step");
+  // The same step id but other data: the plan's counts do not match the batch.
+  master_batch changed = d.a;
+  for (index_t t = changed.begin(0); t < changed.end(0); ++t) changed.mask[static_cast<std::size_t>(t)] = 0;
+  changed.mask[static_cast<std::size_t>(changed.begin(1))] ^= 1;
+  typed_batch<double> tc(changed);
+  expect_plan_error([&] { obj(reco::cpu{}, tc.view(), reco::gradients<double>{g, {}}, plan, pa); }, "does not match");
+  // Entropies other than the planned ones (80/20): the kept set would not be the plan's.
+  {
+    reco::presets::rule_80_20 sel;
+    typed_batch<double> ea(d.a), eb(d.b);
+    const reco::step_plan p80 =
+        reco::plan_step(sel, step, views(ea, eb), std::vector<reco::step_part>{pa, pb});
+    for (auto& h : ea.entropy) h = 3.0 - h;
+    expect_plan_error([&] { sel(reco::cpu{}, ea.view(), reco::gradients<double>{g, {}}, p80, pa); },
+                      "entropies differ");
+  }
+  // The part's range outside the step.
+  reco::step_part far = pb;
+  far.first_response = d.m.R - 1;
+  std::vector<double> gb(d.b.logp.size());
+  expect_plan_error([&] { obj(reco::cpu{}, tb.view(), reco::gradients<double>{gb, {}}, plan, far); }, "outside");
+}
+
+// The fingerprint reads parameters field by field: a copy with other padding bytes (and empty
+// parameter structs) agrees with the original; a changed parameter does not.
+TEST(StepPlan, FingerprintIgnoresPadding) {
+  reco::presets::rule_80_20_reco a;
+  a.weight.params.cap = 7.5;
+  alignas(64) unsigned char junk[sizeof(a)];
+  std::memset(junk, 0xAB, sizeof(junk));
+  const auto* b = new (junk) reco::presets::rule_80_20_reco(a);
+  const reco::step_info step{3, 10, 1.0, 0};
+  EXPECT_EQ(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(*b, step, 4));
+  reco::presets::rule_80_20_reco c = a;
+  c.select.params.rule = reco::selection_rule::quantile;
+  EXPECT_NE(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(c, step, 4));
+  EXPECT_NE(reco::detail::plan_fingerprint(a, step, 4), reco::detail::plan_fingerprint(a, step, 8));
+  b->~rule_80_20_reco();
+}
+
+TEST(StepPlan, InconsistentPartsAreRejected) {
+  two_parts d;
+  reco::presets::rule_80_20_reco obj;
+  typed_batch<float> ta(d.a), tb(d.b);
+  reco::step_info step{5, d.m.R, 1.0, 0};
+  const reco::step_part pa{step, 0, d.fg_a}, pb{step, d.half, d.fg_b};
+  // A response in two parts and one in none.
+  reco::step_part shifted = pb;
+  shifted.first_response = d.half - 1;
+  expect_plan_error([&] { reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, shifted}); }, "exactly one part");
+  // Parts that disagree on the step id, on a parameter, on the value type.
+  reco::step_part other_step = pb;
+  other_step.step.id = 6;
+  expect_plan_error([&] { reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, other_step}); }, "disagree");
+  {
+    reco::presets::rule_80_20_reco other;
+    other.select.params.rho = 0.3;
+    reco::step_summary s = reco::summarize(obj, ta.view(), pa);
+    s += reco::summarize(other, tb.view(), pb);
+    expect_plan_error([&] { reco::finish_plan(obj, step, s); }, "disagree");
+    typed_batch<double> tb64(d.b);
+    reco::step_summary s2 = reco::summarize(obj, ta.view(), pa);
+    s2 += reco::summarize(obj, tb64.view(), pb);
+    expect_plan_error([&] { reco::finish_plan(obj, step, s2); }, "disagree");
+  }
+  // A different number of step responses: summaries of different sizes.
+  reco::step_part bigger = pb;
+  bigger.step.responses = d.m.R + 1;
+  expect_plan_error([&] { reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, bigger}); }, "different sizes");
+  // Group ids that go backwards.
+  reco::step_part back = pb;
+  back.first_group = 0;
+  ASSERT_GT(d.fg_b, 0);
+  expect_plan_error([&] { reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, back}); }, "group ids");
+  // Rounds from different stages, and an incomplete plan.
+  reco::step_summary s = reco::summarize(obj, ta.view(), pa);
+  s += reco::summarize(obj, tb.view(), pb);
+  reco::step_plan plan = reco::finish_plan(obj, step, s);
+  ASSERT_FALSE(plan.complete());
+  std::vector<float> g(d.a.logp.size());
+  expect_plan_error([&] { obj(reco::cpu{}, ta.view(), reco::gradients<float>{g, {}}, plan, pa); }, "not complete");
+  reco::step_summary r0 = reco::plan_round(obj, plan, ta.view(), pa);
+  r0 += reco::plan_round(obj, plan, tb.view(), pb);
+  reco::step_plan ahead = plan;
+  ahead.advance(r0);
+  reco::step_summary mixed = reco::plan_round(obj, plan, ta.view(), pa);
+  mixed += reco::plan_round(obj, ahead, tb.view(), pb);
+  expect_plan_error([&] { plan.advance(mixed); }, "different stages");
+}
+
+}  // namespace
