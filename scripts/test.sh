@@ -47,7 +47,8 @@ scripts/install_deps.sh
 end_stage "install packages"
 
 generator=()
-if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+keep_going=()  # a failed unit does not hide the others' errors
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
 launchers=()
 if [ "${RECO_NO_CCACHE:-0}" != "1" ] && command -v ccache >/dev/null 2>&1; then
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/reco-ccache}
@@ -73,7 +74,7 @@ cmake -S . -B "$build" "${generator[@]}" "${launchers[@]}" "${cuda_arch[@]}" -DC
   -DRECO_ENABLE_CUDA=$cuda_flag -DRECO_ENABLE_TORCH=ON \
   -DRECO_BUILD_TESTS=ON -DRECO_BUILD_BENCHMARKS=ON -DRECO_BUILD_EXAMPLES=ON
 end_stage "main: configure"
-cmake --build "$build" -j "$jobs"
+cmake --build "$build" -j "$jobs" "${keep_going[@]}"
 end_stage "main: build"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
 end_stage "main: tests"
@@ -86,7 +87,7 @@ if [ "${RECO_SKIP_SANITIZERS:-0}" != "1" ]; then
   cmake -S . -B "$asan_build" "${generator[@]}" "${launchers[@]}" -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_CXX_FLAGS="-O0 -DRECO_NO_SIMD_DISPATCH" -DRECO_SANITIZE=ON \
     -DRECO_ENABLE_CUDA=OFF -DRECO_ENABLE_TORCH=OFF -DRECO_BUILD_BENCHMARKS=OFF -DRECO_BUILD_EXAMPLES=OFF
-  cmake --build "$asan_build" -j "$jobs"
+  cmake --build "$asan_build" -j "$jobs" "${keep_going[@]}"
   end_stage "sanitizers: configure + build"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$asan_build" --output-on-failure -j "$jobs" --timeout 1800 -L "cpu|eval|logits|reference"

@@ -23,8 +23,8 @@ void run_preset_cpu(const std::string& preset, const override_map& overrides, co
 }
 
 plan_ops preset_plan_ops(const std::string& preset, const override_map& overrides) {
-  return with_preset(preset, [&](auto obj) {
-    apply_overrides(obj, overrides, "preset '" + preset + "'");
+  return registry::with_preset(preset, [&](auto obj) {
+    registry::apply_overrides(obj, overrides, "preset '" + preset + "'");
     return plan_ops_for(obj);
   });
 }
