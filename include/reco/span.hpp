@@ -7,6 +7,15 @@
 
 #include "reco/config.hpp"
 
+#if defined(__has_cpp_attribute)
+#if __has_cpp_attribute(clang::lifetimebound)
+#define RECO_LIFETIMEBOUND [[clang::lifetimebound]]
+#endif
+#endif
+#ifndef RECO_LIFETIMEBOUND
+#define RECO_LIFETIMEBOUND
+#endif
+
 RECO_NAMESPACE_BEGIN
 
 template <class T>
@@ -27,12 +36,19 @@ class span {
   span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(static_cast<index_t>(v.size())) {}
   template <class U, class A, class = std::enable_if_t<std::is_same_v<U, value_type> && std::is_const_v<T>>>
   span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(static_cast<index_t>(v.size())) {}
-  // A span never owns its data: binding one to a temporary container would leave it dangling
-  // (`batch.rewards = std::vector<float>{1, 0};`), so that is a compile error.
-  template <class U, class A>
+  // A span never owns its data. A temporary container passed as a call's argument lives until
+  // the call returns, so a span of const T may view it there (`pass_at_k_curve(n, c,
+  // std::vector<index_t>{1, 8})`); clang warns where such a span outlives its statement. Stored
+  // into a batch (`batch.rewards = std::vector<float>{1, 0};`) it would dangle at once: assigning
+  // a temporary container to a span is a compile error, and so is a mutable span of one.
+  template <class U, class A, class = std::enable_if_t<std::is_same_v<U, value_type> && std::is_const_v<T>>>
+  span(std::vector<U, A>&& v RECO_LIFETIMEBOUND) noexcept : data_(v.data()), size_(static_cast<index_t>(v.size())) {}
+  template <class U, class A, class = std::enable_if_t<!std::is_const_v<T> && sizeof(U) != 0>, class = void>
   span(std::vector<U, A>&& v) = delete;
   template <class U, class A>
-  span(const std::vector<U, A>&& v) = delete;
+  span& operator=(std::vector<U, A>&& v) = delete;
+  template <class U, class A>
+  span& operator=(const std::vector<U, A>&& v) = delete;
 
   RECO_HOST_DEVICE constexpr T* data() const noexcept { return data_; }
   RECO_HOST_DEVICE constexpr index_t size() const noexcept { return size_; }
