@@ -3,15 +3,18 @@
 // with reco::eval. See docs/ablation.md.
 //
 //   reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N] [--threads N]
-//                 [--seeds N] [--configs grpo,reco,...] [--set key=value ...] [--fresh-base]
+//                 [--ranks N] [--seeds N] [--configs grpo,reco,...] [--set key=value ...] [--fresh-base]
 //
 // The main process prepares the data, pretrains (or loads) the base policy, then runs one worker
 // process per (configuration, seed) and one for the base policy's evaluation, at most --workers
-// at a time, and finally writes the report. Workers are this program with --worker JOB.
+// at a time, and finally writes the report. Workers are this program with --worker JOB. With
+// --ranks N a training job runs as N data-parallel processes (ranks.hpp, rl.hpp: train_rl).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #include "io.hpp"
 #include "model.hpp"
 #include "pretrain.hpp"
+#include "ranks.hpp"
 #include "report.hpp"
 #include "rl.hpp"
 #include "settings.hpp"
@@ -88,6 +92,10 @@ void set_threads(int n) {
   if (auto f = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
 }
 
+// How long a collective of the --ranks processes may wait for a rank: the ranks do the same work
+// between collectives, so only a rank that died makes the others wait this long.
+constexpr int rank_timeout_ms = 300000;
+
 torch::Device device_of(const study_settings& s) {
   if (s.device == "cuda") {
     if (!torch::cuda::is_available()) throw std::runtime_error("--device cuda: this LibTorch sees no CUDA device");
@@ -137,9 +145,47 @@ void write_eval_files(const fs::path& dir, const std::vector<problem>& test, con
   w.row({"eval_seconds", exact(eval_seconds)});
 }
 
+// A training job's ranks other than 0 (--ranks): the same training without any output.
+[[noreturn]] void run_rank(const fs::path& out, const study_settings& s_in, const std::string& job,
+                           const rank_set& ranks) {
+  int code = 0;
+  try {
+    study_settings s = s_in;
+    set_threads(s.threads);
+    const torch::Device dev = device_of(s);
+    generator gen(s.task);
+    study_data data = make_study_data(gen, s);
+    transformer base = make_model(s, s.pretrain.seed);
+    load_model(base, base_model_path(out, s), dev);
+    base->to(dev);
+    base->eval();
+    const auto sep = job.rfind("_s");
+    const algorithm& algo = find_algorithm(job.substr(0, sep));
+    const uint64_t seed = std::stoull(job.substr(sep + 2));
+    transformer policy = make_model(s, s.pretrain.seed);
+    load_model(policy, base_model_path(out, s), dev);
+    policy->to(dev);
+    torch::manual_seed(seed);
+    train_rl(policy, base, gen, data.train, algo, s.rl, seed, dev, {}, ranks.group());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d of %s: %s\n", ranks.rank(), job.c_str(), e.what());
+    code = 2;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
 int run_worker(const fs::path& out, const std::string& job) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // a worker (and with it its ranks) ends with the main process
   study_settings s;
   s.load((out / "settings.txt").string());
+  // --ranks: fork the training job's other ranks now, before LibTorch starts any thread.
+  rank_set ranks;
+  if (job != "base" && s.ranks > 1) {
+    ranks.start(s.ranks, std::chrono::milliseconds(rank_timeout_ms));
+    if (ranks.rank() > 0) run_rank(out, s, job, ranks);
+  }
   set_threads(s.threads);
   const torch::Device dev = device_of(s);
   generator gen(s.task);
@@ -179,8 +225,9 @@ int run_worker(const fs::path& out, const std::string& job) {
                exact(m.seconds)});
     std::printf("@step %d %d %.4f %.3f\n", m.step, s.rl.steps, m.reward, m.seconds);
     std::fflush(stdout);
-  });
+  }, ranks.group());
   train.close();
+  if (s.ranks > 1 && ranks.join() > 0) throw std::runtime_error(job + ": a data-parallel rank failed");
   const double train_seconds = seconds_since(t0);
   std::printf("@phase eval\n");
   std::fflush(stdout);
@@ -262,8 +309,8 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   // threads oversubscribe and run several times slower.
   set_threads(s.threads);
   const torch::Device dev = device_of(s);
-  std::printf("reco ablation study (%s): %zu configurations x %d seeds, device %s, %d worker(s)\n", s.mode.c_str(),
-              s.config_names().size(), s.seeds, s.device.c_str(), s.workers);
+  std::printf("reco ablation study (%s): %zu configurations x %d seeds, device %s, %d worker(s) of %d rank(s)\n",
+              s.mode.c_str(), s.config_names().size(), s.seeds, s.device.c_str(), s.workers, s.ranks);
   std::printf("output: %s\n", fs::absolute(out).string().c_str());
 
   generator gen(s.task);
@@ -439,6 +486,7 @@ int main(int argc, char** argv) {
       else if (a == "--device") direct["device"] = value();
       else if (a == "--workers") direct["workers"] = value();
       else if (a == "--threads") direct["threads"] = value();
+      else if (a == "--ranks") direct["ranks"] = value();
       else if (a == "--seeds") direct["seeds"] = value();
       else if (a == "--configs") direct["configs"] = value();
       else if (a == "--fresh-base") fresh_base = true;
@@ -450,7 +498,9 @@ int main(int argc, char** argv) {
       } else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N]\n"
-            "                     [--threads N] [--seeds N] [--configs a,b,...] [--set key=value]... [--fresh-base]\n"
+            "                     [--threads N] [--ranks N] [--seeds N] [--configs a,b,...] [--set key=value]...\n"
+            "                     [--fresh-base]\n"
+            "--ranks N: every training job runs as N data-parallel processes (Gloo, CPU)\n"
             "settings keys: see <out>/settings.txt after a run\n");
         return 0;
       } else {
@@ -462,6 +512,13 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : direct) s.assign(k, v);
     for (const auto& [k, v] : sets) s.assign(k, v);
     for (const auto& c : s.configs) find_algorithm(c);  // fail early on a typo
+    // Every rank needs a non-empty share of every optimiser step, which holds at least one group.
+    if (s.ranks < 1 || s.ranks > s.rl.group)
+      throw std::invalid_argument("--ranks must be between 1 and rl.group (" + std::to_string(s.rl.group) + ")");
+    if (s.ranks > 1 && s.device != "cpu")
+      throw std::invalid_argument("--ranks > 1 runs on --device cpu (planned steps take CPU tensors)");
+    if (s.ranks > 1 && !ranks_available())
+      throw std::invalid_argument("--ranks > 1 needs a build with Gloo's headers (Debian: libgloo-dev)");
     return run_main(s, out, fresh_base);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reco_ablation: %s\n", e.what());

@@ -23,6 +23,7 @@
 #include "reco/eval/path_uniqueness.hpp"
 #include "reco/eval/token_variance.hpp"
 #include "reco/torch/policy_loss.hpp"
+#include "reco/torch/step_plan.hpp"
 #include "reco/torch/token_logp_entropy.hpp"
 
 #include "countdown.hpp"
@@ -226,6 +227,71 @@ inline reco::torch::policy_output policy_loss(const algorithm& algo, const torch
   return reco::torch::policy_loss(algo.preset, in);
 }
 
+// What one optimiser step's objective reports (with several ranks: the whole step's values).
+struct update_report {
+  double loss = 0, clip_frac = 0, ppo_kl = 0, weight_mean = 0, weight_max = 0, cap_hits = 0;
+};
+
+inline update_report report_of(const reco::torch::policy_output& out) {
+  const auto& s = out.stats.stats;
+  return {out.loss.item<double>(), s.clip_frac, s.ppo_kl, s.weight_mean, s.weight_max,
+          static_cast<double>(s.weight_cap_hits)};
+}
+
+// This rank's share of one optimiser step under data parallelism: the step plan over the process
+// group (the step's advantages, weights, normalisers and 80/20 cut), then this rank's planned
+// loss. The plan multiplies the loss by the world size W, so that averaging the ranks' gradients
+// (average_gradients) gives the step's gradient. `report` receives the step's values: the loss is
+// the average of the ranks' planned losses, the token and response means are recombined from the
+// ranks' counts.
+inline torch::Tensor planned_share_loss(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const algorithm& algo,
+                                        std::uint64_t step_id, reco::torch::policy_inputs in, update_report& report) {
+  reco::torch::policy_inputs planning = in;
+  planning.logp = in.logp.detach();  // the plan reads values only
+  reco::torch::step_options options;
+  options.step = step_id;  // the same on every rank
+  const reco::torch::planned_step plan = reco::torch::build_step_plan(group, algo.preset, {planning}, {}, options);
+  reco::torch::policy_output out = reco::torch::policy_loss(algo.preset, in, {}, plan, 0);
+  const auto& s = out.stats.stats;
+  const double tokens = static_cast<double>(s.policy_tokens), responses = static_cast<double>(s.nonempty_responses);
+  auto sums = torch::tensor({out.loss.item<double>(), s.clip_frac * tokens, s.ppo_kl * tokens, tokens,
+                             s.weight_mean * responses, responses, static_cast<double>(s.weight_cap_hits)},
+                            torch::kDouble);
+  auto most = torch::tensor({s.weight_max}, torch::kDouble);
+  std::vector<torch::Tensor> a{sums}, b{most};
+  group->allreduce(a)->wait();
+  c10d::AllreduceOptions max_op;
+  max_op.reduceOp = c10d::ReduceOp::MAX;
+  group->allreduce(b, max_op)->wait();
+  const double* v = sums.data_ptr<double>();
+  report.loss = v[0] / group->getSize();
+  report.clip_frac = v[3] > 0 ? v[1] / v[3] : 0.0;
+  report.ppo_kl = v[3] > 0 ? v[2] / v[3] : 0.0;
+  report.weight_mean = v[5] > 0 ? v[4] / v[5] : 0.0;
+  report.weight_max = most.item<double>();
+  report.cap_hits = v[6];
+  return out.loss;
+}
+
+// What DDP does after backward: the gradients summed over the ranks, divided by W (one
+// all-reduce of all parameters' gradients, flattened). Every rank ends with the same gradient.
+inline void average_gradients(transformer& policy, const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : policy->parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad().reshape({-1}));
+  }
+  std::vector<torch::Tensor> flat{torch::cat(grads)};
+  group->allreduce(flat)->wait();
+  flat[0].div_(group->getSize());
+  int64_t at = 0;
+  for (auto& p : policy->parameters()) {
+    const int64_t n = p.grad().numel();
+    p.mutable_grad().copy_(flat[0].narrow(0, at, n).view_as(p.grad()));
+    at += n;
+  }
+}
+
 // Per-prompt diversity of a rollout batch (groups of `group` consecutive responses).
 struct diversity {
   double distinct2 = 0, self_bleu = 0, path_uniqueness = 0;
@@ -272,11 +338,15 @@ inline void pack_valid(const torch::Tensor& values, const torch::Tensor& mask, s
 
 using step_callback = std::function<void(const step_metrics&)>;
 
-// Trains `policy` (initialised from the base) for cfg.steps rollout batches.
+// Trains `policy` (initialised from the base) for cfg.steps rollout batches. With a process
+// group (--ranks), every rank samples the same rollouts (same seeds, same parameters) and takes a
+// contiguous share of each optimiser step's responses for the loss; the gradients are averaged
+// over the ranks, so that every rank takes the same optimiser step as one process would.
 inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base, const generator& gen,
                                           const std::vector<problem>& pool, const algorithm& algo,
                                           const rl_config& cfg, uint64_t seed, torch::Device dev,
-                                          const step_callback& on_step) {
+                                          const step_callback& on_step,
+                                          const c10::intrusive_ptr<c10d::ProcessGroup>& group = {}) {
   const vocabulary& voc = gen.vocab();
   const int64_t P = gen.config().prompt_length();
   const int answer_length = gen.config().response_length();
@@ -362,27 +432,54 @@ inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base
       const int g0 = batch.groups * k / mbs, g1 = batch.groups * (k + 1) / mbs;
       if (g1 == g0) continue;
       const int64_t r0 = static_cast<int64_t>(g0) * cfg.group, rn = static_cast<int64_t>(g1 - g0) * cfg.group;
-      auto rows = batch.rows.narrow(0, r0, rn), tokens = batch.tokens.narrow(0, r0, rn);
-      auto mask = batch.mask.narrow(0, r0, rn);
-      auto rewards = torch::from_blob(batch.shaped.data() + r0, {rn}, torch::kFloat).clone().to(dev);
-      auto offsets = torch::arange(0, rn + 1, cfg.group, torch::kLong).to(dev);
-      auto [logp, entropy] = response_logp(policy, rows, tokens, mask, P, cfg.temperature);
-      auto out = policy_loss(algo, logp, batch.logp.narrow(0, r0, rn), ref_logp.narrow(0, r0, rn), entropy, mask,
-                             rewards, offsets);
-      const double loss = out.loss.item<double>();
-      if (!std::isfinite(loss))
+      torch::Tensor loss_tensor;
+      update_report u;
+      if (!group) {
+        auto rows = batch.rows.narrow(0, r0, rn), tokens = batch.tokens.narrow(0, r0, rn);
+        auto mask = batch.mask.narrow(0, r0, rn);
+        auto rewards = torch::from_blob(batch.shaped.data() + r0, {rn}, torch::kFloat).clone().to(dev);
+        auto offsets = torch::arange(0, rn + 1, cfg.group, torch::kLong).to(dev);
+        auto [logp, entropy] = response_logp(policy, rows, tokens, mask, P, cfg.temperature);
+        auto out = policy_loss(algo, logp, batch.logp.narrow(0, r0, rn), ref_logp.narrow(0, r0, rn), entropy, mask,
+                               rewards, offsets);
+        u = report_of(out);
+        loss_tensor = out.loss;
+      } else {
+        // This rank's responses [s0, s0 + n) of the optimiser step: contiguous, uneven when W
+        // does not divide rn, and a prompt's group may continue on the next rank (prompt ids).
+        const int W = group->getSize(), rank = group->getRank();
+        const int64_t a = rn * rank / W, n = rn * (rank + 1) / W - a, s0 = r0 + a;
+        auto mask = batch.mask.narrow(0, s0, n);
+        auto [logp, entropy] = response_logp(policy, batch.rows.narrow(0, s0, n), batch.tokens.narrow(0, s0, n),
+                                             mask, P, cfg.temperature);
+        std::vector<int64_t> ids;
+        for (int64_t i = s0; i < s0 + n; ++i) ids.push_back(i / cfg.group);
+        reco::torch::policy_inputs in;
+        in.logp = logp;
+        in.old_logp = batch.logp.narrow(0, s0, n);
+        in.ref_logp = ref_logp.narrow(0, s0, n);
+        in.entropy = entropy;
+        in.mask = mask;
+        in.rewards = torch::from_blob(batch.shaped.data() + s0, {n}, torch::kFloat).clone();
+        in.prompt_ids = torch::tensor(ids, torch::kLong);
+        const std::uint64_t step_id = static_cast<std::uint64_t>(step - 1) * static_cast<std::uint64_t>(mbs) +
+                                      static_cast<std::uint64_t>(k) + 1;
+        loss_tensor = planned_share_loss(group, algo, step_id, in, u);
+      }
+      // With ranks, u.loss is the step's (the same on every rank): all ranks stop together.
+      if (!std::isfinite(u.loss))
         throw std::runtime_error(algo.name + ": non-finite loss at step " + std::to_string(step));
       opt.zero_grad();
-      out.loss.backward();
+      loss_tensor.backward();
+      if (group) average_gradients(policy, group);
       torch::nn::utils::clip_grad_norm_(policy->parameters(), cfg.grad_clip);
       opt.step();
-      const auto& s = out.stats.stats;
-      m.loss += loss;
-      m.clip_frac += s.clip_frac;
-      m.ppo_kl += s.ppo_kl;
-      m.weight_mean += s.weight_mean;
-      m.weight_max = std::max(m.weight_max, s.weight_max);
-      m.cap_hits += static_cast<double>(s.weight_cap_hits);
+      m.loss += u.loss;
+      m.clip_frac += u.clip_frac;
+      m.ppo_kl += u.ppo_kl;
+      m.weight_mean += u.weight_mean;
+      m.weight_max = std::max(m.weight_max, u.weight_max);
+      m.cap_hits += u.cap_hits;
       ++updates;
     }
     if (updates > 0) {

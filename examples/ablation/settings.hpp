@@ -24,6 +24,7 @@ struct study_settings {
   std::string device = "cpu";
   int workers = 2;               // concurrent worker processes
   int threads = 1;               // intra-op threads per worker
+  int ranks = 1;                 // data-parallel processes per training job (Gloo, CPU)
   int seeds = 3;
   std::vector<std::string> configs;  // empty = all ten
   uint64_t data_seed = 20240611;     // test set and RL training pool
@@ -49,6 +50,7 @@ struct study_settings {
     f("configs", [this] { return join(configs); }, [this](const std::string& s) { configs = split(s); });
     num("workers", workers);
     num("threads", threads);
+    num("ranks", ranks);
     num("seeds", seeds);
     num("data_seed", data_seed);
     num("test_problems", test_problems);
