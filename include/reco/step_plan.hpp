@@ -587,7 +587,10 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   plan.capped_.assign(R, 0);
   plan.length_ = length;
   std::vector<double> log_weight(R, 0.0);
+  // The parts' status bits were thrown above; batch_partial_fn still reads one word per response.
+  std::vector<std::uint32_t> status(R, 0);
   response_scratch r;
+  r.status = status.data();
   r.length = plan.length_.data();
   r.old_mean = old_mean.data();
   r.log_weight = log_weight.data();
