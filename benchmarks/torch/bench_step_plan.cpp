@@ -1,0 +1,267 @@
+// The cost of a split step's plan against the objective call it serves, on 2 Gloo ranks (CPU).
+//
+// The binary forks itself into 2 ranks (c10d FileStore + ProcessGroupGloo on 127.0.0.1) before
+// LibTorch does any work. Both ranks register the same benchmarks with fixed iteration counts and
+// run them in the same order, so every build_step_plan on rank 0 meets its twin on rank 1; rank 1
+// reports nothing. A barrier outside the timed loop lines the ranks up before each run.
+//
+// A step of N token slots (N = 1M, 4M, 16M) is [N / 1024, 1024] float32 with ragged masks and
+// groups of 8; each rank holds half of it as one micro-batch. Per preset and N, on rank 0:
+//   plan          build_step_plan over the process group (collectives + selection rounds);
+//   plan_local    the same with no process group (this rank's half as the whole step): the
+//                 plan's own passes over the data without the collectives;
+//   call_planned  policy_loss with the plan + backward on this rank's micro-batch;
+//   call          policy_loss without a plan + backward on the same micro-batch;
+// and per N, copy_inputs: a copy of the call's per-token inputs (logp, old_logp, ref_logp,
+// entropy, mask), the memory traffic of one pass over them.
+// Each rank uses RECO_BENCH_THREADS threads (default 1: two ranks on a 2-core machine).
+// --benchmark_enable_random_interleaving is refused: it shuffles each rank differently.
+#include <benchmark/benchmark.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/version.h>
+
+#include "reco/torch/policy_loss.hpp"
+#include "reco/torch/step_plan.hpp"
+
+namespace {
+
+constexpr int world = 2;
+constexpr int64_t width = 1024;     // padded response length; valid lengths in [256, 1024]
+constexpr int64_t group_size = 8;
+
+int rank = 0;
+c10::intrusive_ptr<c10d::ProcessGroup> group;
+
+// This rank's half of a step of N token slots (seeded by rank: the halves differ).
+struct rank_batch {
+  at::Tensor logp, old_logp, ref_logp, entropy, mask, rewards, group_offsets;
+};
+
+const rank_batch& rank_data(int64_t N) {
+  static std::map<int64_t, std::unique_ptr<rank_batch>> cache;
+  auto& slot = cache[N];
+  if (slot) return *slot;
+  at::manual_seed(1234 + static_cast<uint64_t>(rank));
+  auto b = std::make_unique<rank_batch>();
+  const int64_t R = N / width / world;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  b->logp = -at::rand({R, width}, f32) * 3 - 1e-4;
+  b->old_logp = at::clamp_max(b->logp + 0.2 * at::randn({R, width}, f32), -1e-6);
+  b->ref_logp = at::clamp_max(b->logp + 0.1 * at::randn({R, width}, f32), 0.0);
+  b->entropy = at::rand({R, width}, f32) * 3;
+  const at::Tensor lengths = at::randint(width / 4, width + 1, {R, 1}, at::kLong);
+  b->mask = at::arange(width, at::kLong).unsqueeze(0) < lengths;
+  b->rewards = (at::rand({R}, f32) < 0.5).to(at::kFloat);
+  b->group_offsets = at::arange(0, R + 1, group_size, at::kLong);
+  slot = std::move(b);
+  return *slot;
+}
+
+reco::torch::policy_inputs inputs_of(const rank_batch& b, const at::Tensor& logp) {
+  reco::torch::policy_inputs in;
+  in.logp = logp;
+  in.old_logp = b.old_logp;
+  in.ref_logp = b.ref_logp;
+  in.entropy = b.entropy;
+  in.mask = b.mask;
+  in.rewards = b.rewards;
+  in.group_offsets = b.group_offsets;
+  return in;
+}
+
+// Both ranks enter the timed loop together (outside the timing).
+void line_up() { group->barrier()->wait(); }
+
+void counters(benchmark::State& state, int64_t N) {
+  state.counters["step_tokens"] = static_cast<double>(N);
+  state.counters["rank_tokens"] = static_cast<double>(N / world);
+  // Per token of the step: a flat value across N means linear cost.
+  state.counters["time_per_step_token"] = benchmark::Counter(
+      static_cast<double>(N), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_plan(benchmark::State& state, const std::string& preset, bool collective) {
+  const int64_t N = state.range(0);
+  const rank_batch& b = rank_data(N);
+  const std::vector<reco::torch::policy_inputs> mbs{inputs_of(b, b.logp)};
+  const c10::intrusive_ptr<c10d::ProcessGroup> g = collective ? group : c10::intrusive_ptr<c10d::ProcessGroup>();
+  reco::torch::step_options opt;
+  int collectives = 0;
+  line_up();
+  for (auto _ : state) {
+    ++opt.step;  // the same sequence on both ranks
+    const reco::torch::planned_step plan = reco::torch::build_step_plan(g, preset, mbs, {}, opt);
+    collectives = plan.collectives;
+    benchmark::DoNotOptimize(plan.parts.data());
+  }
+  counters(state, N);
+  state.counters["collectives"] = collectives;
+}
+
+void BM_call(benchmark::State& state, const std::string& preset, bool planned) {
+  const int64_t N = state.range(0);
+  const rank_batch& b = rank_data(N);
+  const at::Tensor logp = b.logp.clone().requires_grad_(true);
+  const reco::torch::policy_inputs in = inputs_of(b, logp);
+  // The plan of step 1 (both ranks build it: it is collective).
+  reco::torch::step_options opt;
+  opt.step = 1;
+  const std::vector<reco::torch::policy_inputs> mbs{in};
+  const reco::torch::planned_step plan = reco::torch::build_step_plan(group, preset, mbs, {}, opt);
+  line_up();
+  for (auto _ : state) {
+    logp.mutable_grad() = at::Tensor();
+    reco::torch::policy_output out =
+        planned ? reco::torch::policy_loss(preset, in, {}, plan, 0) : reco::torch::policy_loss(preset, in);
+    out.loss.backward();
+    benchmark::DoNotOptimize(logp.grad().data_ptr());
+  }
+  counters(state, N);
+}
+
+void BM_copy_inputs(benchmark::State& state) {
+  const int64_t N = state.range(0);
+  const rank_batch& b = rank_data(N);
+  const std::vector<at::Tensor> src{b.logp, b.old_logp, b.ref_logp, b.entropy, b.mask};
+  std::vector<at::Tensor> dst;
+  int64_t bytes = 0;
+  for (const auto& t : src) {
+    dst.push_back(at::empty_like(t));
+    dst.back().fill_(0);  // fault the pages in before timing
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  line_up();
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    benchmark::DoNotOptimize(dst.back().data_ptr());
+  }
+  counters(state, N);
+  state.SetBytesProcessed(bytes * state.iterations());
+}
+
+// Fixed iteration counts (the ranks must agree), about 0.3-1 s per run.
+int64_t iterations_for(int64_t N) { return N <= (int64_t(1) << 20) ? 40 : N <= (int64_t(4) << 20) ? 12 : 4; }
+
+void register_all() {
+  const std::vector<int64_t> sizes{int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20};
+  for (int64_t N : sizes)
+    benchmark::RegisterBenchmark("step_plan/copy_inputs", BM_copy_inputs)
+        ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (const char* p : {"rule_80_20", "grpo", "reco"}) {
+    const std::string preset = p;
+    for (int64_t N : sizes) {
+      auto add = [&](const char* what, auto fn, bool flag) {
+        benchmark::RegisterBenchmark(("step_plan/" + preset + "/" + what).c_str(), fn, preset, flag)
+            ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseRealTime();
+      };
+      add("plan", BM_plan, true);
+      add("plan_local", BM_plan, false);
+      add("call_planned", BM_call, true);
+      add("call", BM_call, false);
+    }
+  }
+}
+
+// Rank 1's results are dropped.
+class null_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+int run_rank(int argc, char** argv, const std::string& store) {
+  const char* env = std::getenv("RECO_BENCH_THREADS");
+  at::set_num_threads(env ? std::max(1, std::atoi(env)) : 1);
+  {
+    auto s = c10::make_intrusive<c10d::FileStore>(store, world);
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(s, rank, world, opts);
+  }
+  register_all();
+  if (rank == 0) {
+    benchmark::AddCustomContext("ranks", "2 processes, ProcessGroupGloo on 127.0.0.1");
+    benchmark::AddCustomContext("threads per rank (LibTorch and OpenMP)", std::to_string(at::get_num_threads()));
+    benchmark::AddCustomContext("libtorch", TORCH_VERSION);
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    // The same flags without the output file (rank 0 writes it).
+    std::vector<char*> args;
+    for (int i = 0; i < argc; ++i)
+      if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) args.push_back(argv[i]);
+    int n = static_cast<int>(args.size());
+    args.push_back(nullptr);
+    benchmark::Initialize(&n, args.data());
+    null_reporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  benchmark::Shutdown();
+  group->barrier()->wait();
+  group.reset();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strstr(argv[i], "random_interleaving") != nullptr) {
+      std::fprintf(stderr, "reco_bench_torch_step_plan: random interleaving would run the ranks' benchmarks in "
+                           "different orders; use --benchmark_repetitions without it\n");
+      return 2;
+    }
+  char dir[] = "/tmp/reco_bench_plan_XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string store = std::string(dir) + "/store";
+  std::fflush(stdout);
+  const pid_t child = fork();  // before LibTorch starts any thread
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  int code = 0;
+  if (child == 0) {
+    rank = 1;
+    if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(1);
+  }
+  try {
+    code = run_rank(argc, argv, store);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    code = 1;
+  }
+  if (child == 0) {
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "rank 1 failed (status %d)\n", status);
+    code = code ? code : 1;
+  }
+  std::remove(store.c_str());
+  rmdir(dir);
+  return code;
+}
