@@ -42,6 +42,8 @@ if [ "$device" = cpu ] && [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     need+=(libtorch-dev)
   # Debian's LibTorch uses the system BLAS; the reference BLAS is ~10x slower than OpenBLAS.
   dpkg -s libopenblas0-pthread > /dev/null 2>&1 || need+=(libopenblas0-pthread)
+  # Gloo's headers, for data-parallel runs (--ranks N).
+  dpkg -s libgloo-dev > /dev/null 2>&1 || need+=(libgloo-dev)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ -n "${RECO_NO_INSTALL:-}" ]; then
