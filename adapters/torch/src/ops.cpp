@@ -67,19 +67,8 @@ std::tuple<at::Tensor, at::Tensor> policy_loss_op(
     const c10::optional<at::Tensor>& token_weights, const c10::optional<at::Tensor>& response_weights,
     const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t global_tokens, int64_t global_responses,
     int64_t global_kept_tokens, int64_t global_kept_responses, bool host_stats) {
-  reco::torch::policy_inputs in;
-  in.logp = logp;
-  in.old_logp = or_undefined(old_logp);
-  in.ref_logp = or_undefined(ref_logp);
-  in.entropy = or_undefined(entropy);
-  in.mask = or_undefined(mask);
-  in.offsets = or_undefined(offsets);
-  in.rewards = or_undefined(rewards);
-  in.advantages = or_undefined(advantages);
-  in.group_offsets = or_undefined(group_offsets);
-  in.prompt_ids = or_undefined(prompt_ids);
-  in.token_weights = or_undefined(token_weights);
-  in.response_weights = or_undefined(response_weights);
+  reco::torch::policy_inputs in = inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages,
+                                            group_offsets, prompt_ids, token_weights, response_weights);
   in.normalisers.tokens = global_tokens;
   in.normalisers.responses = global_responses;
   in.normalisers.kept_tokens = global_kept_tokens;
