@@ -1,0 +1,10 @@
+# Runs PROGRAM and compares what it prints with the file EXPECTED, line for line.
+execute_process(COMMAND ${PROGRAM} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${PROGRAM} failed (${rc}):\n${out}\n${err}")
+endif()
+file(READ ${EXPECTED} expected)
+if(NOT out STREQUAL expected)
+  message(FATAL_ERROR "${PROGRAM} printed\n${out}\ninstead of (${EXPECTED})\n${expected}")
+endif()
+message(STATUS "${PROGRAM}: output as in ${EXPECTED}")
