@@ -25,7 +25,8 @@
 //
 // The exact cut: k = max(1, ceil(rho N_step)) tokens over the whole step; the k-th largest entropy
 // is found by a radix selection over order-preserving integer keys of the values (16 bits a round:
-// 2 rounds for float, 4 for double, each a sum of 2^16-bucket histograms); tokens on the cut are
+// 2 rounds for float, 4 for double, each a sum of 2^16-bucket histograms; the first rides with the
+// stage-0 summaries, which need nothing from other parts either); tokens on the cut are
 // kept in step order (response index in the step, then position in the response), which one more
 // summed round of per-response counts settles. Nothing depends on the number of parts.
 //
@@ -36,6 +37,7 @@
 // Plans are host objects and planned calls run on host-accessible backends (reco::cpu).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/plan_scan.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/batch.hpp"
@@ -271,19 +274,7 @@ inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& f
                      std::to_string(stage) + ")");
 }
 
-// Order-preserving unsigned keys: a < b as values iff key(a) < key(b); -0 and +0 share a key.
-inline std::uint64_t order_key(double v) {
-  if (v == 0) v = 0.0;
-  std::uint64_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return (u >> 63) ? ~u : (u | (std::uint64_t(1) << 63));
-}
-inline std::uint64_t order_key(float v) {
-  if (v == 0) v = 0.0f;
-  std::uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return (u >> 31) ? ~u : (u | (std::uint32_t(1) << 31));
-}
+// The value of an order_key (reco/algorithm/plan_scan.hpp).
 inline double key_value(std::uint64_t k, std::size_t width) {
   if (width == 8) {
     const std::uint64_t u = (k >> 63) ? (k & ~(std::uint64_t(1) << 63)) : ~k;
@@ -296,6 +287,30 @@ inline double key_value(std::uint64_t k, std::size_t width) {
   float v;
   std::memcpy(&v, &u, sizeof(v));
   return static_cast<double>(v);
+}
+
+// Whether a stage-0 summary carries the first histogram round of an 80/20 cut (a selector that
+// finds its cut; the first digit needs nothing from the other parts, so it rides with the
+// summaries instead of costing a round of its own).
+template <class Obj>
+bool summary_has_histogram(const Obj& obj) {
+  if constexpr (Obj::selector_type::active) return !obj.select.params.use_given;
+  else return false;
+}
+
+// A part's histogram of the digit at `shift` of its valid entropy keys under `prefix` (the
+// `above` bits over the digit), into out[0, plan_buckets) as doubles. Counts are integers first
+// (exact), converted once.
+template <class T>
+void histogram_summary(const batch_pointers<T>& b, int shift, int above, std::uint64_t prefix, double* out,
+                       bool* nonfinite = nullptr) {
+  auto count = [&](auto zero) {
+    std::vector<decltype(zero)> counts(plan_buckets, zero);
+    entropy_histogram(b, shift, above, prefix, counts.data(), nonfinite);
+    for (std::size_t d = 0; d < plan_buckets; ++d) out[d] = static_cast<double>(counts[d]);
+  };
+  if (static_cast<std::uint64_t>(b.layout.tokens) < (std::uint64_t(1) << 32)) count(std::uint32_t{0});
+  else count(std::uint64_t{0});
 }
 
 }  // namespace detail
@@ -330,37 +345,8 @@ class step_plan {
     if (stage_ == stage_kind::histogram) {
       detail::require(total.values.size() == detail::plan_header + targets_ * detail::plan_buckets, "plan",
                       "histogram summary of the wrong size");
-      for (int j = 0; j < targets_; ++j) {
-        const double* h = v + j * detail::plan_buckets;
-        double below = 0;
-        std::size_t b = 0;
-        for (; b < detail::plan_buckets; ++b) {
-          if (below + h[b] > static_cast<double>(rank_[j])) break;
-          below += h[b];
-        }
-        if (b == detail::plan_buckets)
-          detail::fail("plan", "the parts' histograms hold fewer valid tokens than their summaries counted "
-                               "(inconsistent parts)");
-        rank_[j] -= static_cast<index_t>(below);
-        prefix_[j] = (prefix_[j] << detail::plan_digit_bits) | b;
-      }
-      ++round_;
       ++stage_index_;
-      if (round_ == rounds()) {
-        const double v0 = detail::key_value(prefix_[0], width_);
-        if (select_.rule == selection_rule::top_k) {
-          cut_.value = v0;
-          cut_.ties = 0;  // set from the counts
-        } else {
-          const double v1 = detail::key_value(prefix_[1], width_);
-          const double n = valid_.tokens;
-          const double pos = (1.0 - select_.rho) * (n > 0 ? n - 1 : 0);
-          const double frac = pos - static_cast<double>(ranks_[0]);
-          cut_.value = v0 + frac * (v1 - v0);
-          cut_.ties = -1;
-        }
-        stage_ = stage_kind::cut_counts;
-      }
+      take_histogram(v, detail::plan_buckets);
       return;
     }
     // Cut counts: per response, tokens above and on the cut.
@@ -425,6 +411,40 @@ class step_plan {
   std::size_t width() const { return width_; }
 
  private:
+  // One histogram round: per target j, the summed histogram at v + j * stride (stride 0: one
+  // histogram for every target, as in the first round) narrows its prefix by a digit.
+  void take_histogram(const double* v, std::size_t stride) {
+    for (int j = 0; j < targets_; ++j) {
+      const double* h = v + j * stride;
+      double below = 0;
+      std::size_t b = 0;
+      for (; b < detail::plan_buckets; ++b) {
+        if (below + h[b] > static_cast<double>(rank_[j])) break;
+        below += h[b];
+      }
+      if (b == detail::plan_buckets)
+        detail::fail("plan", "the parts' histograms hold fewer valid tokens than their summaries counted "
+                             "(inconsistent parts)");
+      rank_[j] -= static_cast<index_t>(below);
+      prefix_[j] = (prefix_[j] << detail::plan_digit_bits) | b;
+    }
+    ++round_;
+    if (round_ < rounds()) return;
+    const double v0 = detail::key_value(prefix_[0], width_);
+    if (select_.rule == selection_rule::top_k) {
+      cut_.value = v0;
+      cut_.ties = 0;  // set from the counts
+    } else {
+      const double v1 = detail::key_value(prefix_[1], width_);
+      const double n = valid_.tokens;
+      const double pos = (1.0 - select_.rho) * (n > 0 ? n - 1 : 0);
+      const double frac = pos - static_cast<double>(ranks_[0]);
+      cut_.value = v0 + frac * (v1 - v0);
+      cut_.ties = -1;
+    }
+    stage_ = stage_kind::cut_counts;
+  }
+
   template <class Obj>
   friend step_plan finish_plan(const Obj& obj, const step_info& step, const step_summary& total);
 
@@ -448,24 +468,16 @@ class step_plan {
 };
 
 // Stage 0: a part's summary (host memory). Structural errors of the part's batch throw here;
-// errors in its values are carried in the summary and thrown by finish_plan on every part alike.
+// errors in the values the plan reads (rewards or given advantages and weights, old_logp for a
+// weight that averages it, the entropies of a selection) are carried in the summary and thrown by
+// finish_plan on every part alike. The other per-token values are checked by the part's call.
 template <class Obj, class T>
 step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
   using namespace detail;
   obj.validate();
-  gradients<T> none;
-  const index_t N = batch.logp.size();
-  // Checked as a call without gradients would be (the gradients are not part of a summary).
-  {
-    batch_view<T> shape = batch;
-    std::vector<T> g(static_cast<std::size_t>(N));
-    none.logp = span<T>(g.data(), N);
-    std::vector<T> ge(Obj::has_entropy_gradient ? static_cast<std::size_t>(N) : 0);
-    if (Obj::has_entropy_gradient) none.entropy = span<T>(ge.data(), N);
-    validate_batch(shape, none, normalisers{}, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp,
-                   Obj::needs_entropy, Obj::needs_response_weights, Obj::has_entropy_gradient);
-    validate_offsets_host(shape);
-  }
+  validate_inputs(batch, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp, Obj::needs_entropy,
+                  Obj::needs_response_weights);
+  validate_offsets_host(batch);
   const step_info& st = part.step;
   require(st.responses >= 0, "part.step.responses", "must be >= 0");
   require(std::isfinite(st.scale) && st.scale > 0, "part.step.scale", "must be finite and > 0");
@@ -476,41 +488,42 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   require(part.first_group >= 0, "part.first_group", "must be >= 0");
 
   const std::uint64_t fp = plan_fingerprint(obj, st, sizeof(T));
-  step_summary s = plan_summary(plan_fields * static_cast<std::size_t>(st.responses), 0, sizeof(T), fp);
+  const bool histogram = summary_has_histogram(obj);
+  const std::size_t fields = plan_fields * static_cast<std::size_t>(st.responses);
+  step_summary s = plan_summary(fields + (histogram ? plan_buckets : 0), 0, sizeof(T), fp);
 
-  batch_pointers<T> b = pointers_of(batch);
-  input_checks checks;
-  checks.ref = Obj::kl_type::active;
-  checks.entropy = Obj::needs_entropy;
-  checks.rewards = Obj::needs_rewards;
-  checks.advantages = Obj::needs_advantages;
-  checks.response_weights = Obj::weight_type::reads_response_weights;
-  std::vector<index_t> length(R), first(R), last(R);
-  std::vector<double> old_mean(R);
-  std::vector<std::uint32_t> status(R);
-  response_scratch r;
-  r.length = length.data();
-  r.first = first.data();
-  r.last = last.data();
-  r.old_mean = old_mean.data();
-  r.status = status.data();
-  scan_response_fn<T> scan{b, checks, r};
+  const batch_pointers<T> b = pointers_of(batch);
+  plan_reads reads;
+  reads.old_mean = weight_needs_old_mean<typename Obj::weight_type>::value;
+  reads.entropy = Obj::selector_type::active && !histogram;  // else checked by the histogram pass
+  const plan_scan_fn<T> scan{b, reads};
+  const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
+  const std::uint32_t input_bit = Obj::needs_rewards ? bad_rewards : bad_advantages;
+  const T* given = Obj::weight_type::reads_response_weights ? b.response_weights : nullptr;
   std::uint32_t bits = 0;
   double* body = s.values.data() + plan_header;
-  const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
-      scan(i);
-      bits |= status[i];
+      const token_scan t = scan(i);
+      bits |= t.status;
+      const double x = input ? static_cast<double>(input[i]) : 0.0;
+      if (input && !finite(x)) bits |= input_bit;
+      const double w = given ? static_cast<double>(given[i]) : 1.0;
+      if (given && !(finite(w) && w >= 0)) bits |= bad_response_weights;
       double* f = body + plan_fields * static_cast<std::size_t>(part.first_response + i);
       f[plan_f_claimed] = 1;
       f[plan_f_group] = static_cast<double>(part.first_group + g + 1);
-      f[plan_f_length] = static_cast<double>(length[i]);
+      f[plan_f_length] = static_cast<double>(t.n);
       f[plan_f_span] = static_cast<double>(b.layout.end(i) - b.layout.begin(i));
-      f[plan_f_old_mean] = old_mean[i];
-      f[plan_f_input] = input ? static_cast<double>(input[i]) : 0.0;
-      f[plan_f_weight] = b.response_weights ? static_cast<double>(b.response_weights[i]) : 1.0;
+      f[plan_f_old_mean] = t.n > 0 ? t.old_sum / static_cast<double>(t.n) : 0.0;
+      f[plan_f_input] = x;
+      f[plan_f_weight] = w;
     }
+  }
+  if (histogram) {
+    bool nonfinite = false;
+    histogram_summary(b, static_cast<int>(sizeof(T) * 8) - plan_digit_bits, 0, 0, body + fields, &nonfinite);
+    if (nonfinite) bits |= bad_entropy;
   }
   for (int k = 0; k < 16; ++k)
     if (bits & (1u << k)) s.values[plan_h_status + k] = 1;
@@ -534,7 +547,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   throw_if_error(bits);
 
   const index_t R = step.responses;
-  require(total.values.size() == plan_header + plan_fields * static_cast<std::size_t>(R), "plan",
+  const std::size_t fields = plan_fields * static_cast<std::size_t>(R);
+  require(total.values.size() == plan_header + fields + (summary_has_histogram(obj_in) ? plan_buckets : 0), "plan",
           "summary of the wrong size for the step's " + std::to_string(R) + " responses");
   const double* body = total.values.data() + plan_header;
   auto field = [&](index_t i, std::size_t f) { return body[plan_fields * static_cast<std::size_t>(i) + f]; };
@@ -653,6 +667,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     }
     plan.rank_[0] = plan.ranks_[0];
     plan.rank_[1] = plan.ranks_[1];
+    // The first digit's histogram came with the summaries.
+    if (plan.stage_ == step_plan::stage_kind::histogram) plan.take_histogram(body + fields, 0);
   }
   return plan;
 }
@@ -678,29 +694,20 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     const int W = static_cast<int>(sizeof(T) * 8);
     const int done = plan.round() * plan_digit_bits;
     const int shift = W - done - plan_digit_bits;
-    std::vector<std::int64_t> counts(body, 0);  // integers: exact, then one conversion
-    for (index_t t = 0; t < b.layout.tokens; ++t) {
-      if (!b.valid(t)) continue;
-      const std::uint64_t k = order_key(b.entropy[t]);
-      const std::size_t bucket = static_cast<std::size_t>((k >> shift) & (plan_buckets - 1));
-      for (int j = 0; j < plan.targets(); ++j) {
-        const bool match = done == 0 || (k >> (W - done)) == plan.prefix(j);
-        if (match) ++counts[static_cast<std::size_t>(j) * plan_buckets + bucket];
-      }
+    // One histogram per distinct prefix (the two targets of a quantile often share it).
+    for (int j = 0; j < plan.targets(); ++j) {
+      double* h = out + static_cast<std::size_t>(j) * plan_buckets;
+      if (j > 0 && plan.prefix(j) == plan.prefix(j - 1))
+        std::memcpy(h, h - plan_buckets, plan_buckets * sizeof(double));
+      else
+        histogram_summary(b, shift, done, plan.prefix(j), h);
     }
-    for (std::size_t i = 0; i < body; ++i) out[i] = static_cast<double>(counts[i]);
   } else {
-    const double cut = plan.cut().value;
+    std::vector<std::int64_t> above(static_cast<std::size_t>(R)), on(static_cast<std::size_t>(R));
+    count_cut(b, plan.cut().value, above.data(), on.data());
     for (index_t i = 0; i < R; ++i) {
-      std::int64_t above = 0, on = 0;
-      for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t) {
-        if (!b.valid(t)) continue;
-        const double h = static_cast<double>(b.entropy[t]);
-        above += h > cut ? 1 : 0;
-        on += h == cut ? 1 : 0;
-      }
-      out[2 * (part.first_response + i)] = static_cast<double>(above);
-      out[2 * (part.first_response + i) + 1] = static_cast<double>(on);
+      out[2 * (part.first_response + i)] = static_cast<double>(above[i]);
+      out[2 * (part.first_response + i) + 1] = static_cast<double>(on[i]);
     }
   }
   return s;

@@ -44,10 +44,10 @@ void check_per_response(const S& s, index_t r, const char* name, bool required, 
     fail(name, "has " + std::to_string(s.size()) + " entries, expected one per response (" + std::to_string(r) + ")");
 }
 
+// The inputs' structure (sizes, layout, required inputs), without the gradients.
 template <class T>
-void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normalisers& n, bool needs_rewards,
-                    bool needs_advantages, bool needs_ref, bool needs_entropy, bool needs_response_weights,
-                    bool entropy_gradient) {
+void validate_inputs(const batch_view<T>& b, bool needs_rewards, bool needs_advantages, bool needs_ref,
+                     bool needs_entropy, bool needs_response_weights) {
   const token_layout& L = b.layout;
   const index_t N = b.logp.size();
   if (L.kind == layout_kind::padded) {
@@ -75,6 +75,14 @@ void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normali
   check_per_response(b.response_weights, R, "batch.response_weights", needs_response_weights,
                      "reco::caller_weight");
   require(b.group_offsets.size() >= 1, "batch.group_offsets", "needs P + 1 entries (at least {0})");
+}
+
+template <class T>
+void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normalisers& n, bool needs_rewards,
+                    bool needs_advantages, bool needs_ref, bool needs_entropy, bool needs_response_weights,
+                    bool entropy_gradient) {
+  validate_inputs(b, needs_rewards, needs_advantages, needs_ref, needs_entropy, needs_response_weights);
+  const index_t N = b.logp.size();
   require(g.logp.size() == N, "grads.logp",
           "has " + std::to_string(g.logp.size()) + " entries, expected one per token (" + std::to_string(N) + ")");
   if (entropy_gradient)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <random>
 #include <string>
@@ -556,20 +557,89 @@ TEST(StepPlan, InconsistentPartsAreRejected) {
   back.first_group = 0;
   ASSERT_GT(d.fg_b, 0);
   expect_plan_error([&] { reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, back}); }, "group ids");
-  // Rounds from different stages, and an incomplete plan.
-  reco::step_summary s = reco::summarize(obj, ta.view(), pa);
-  s += reco::summarize(obj, tb.view(), pb);
+  // Rounds from different stages, and an incomplete plan. Double entropies: the first of their 4
+  // histogram rounds comes with the summaries, and the next two have summaries of one size.
+  typed_batch<double> da(d.a), db(d.b);
+  reco::step_summary s = reco::summarize(obj, da.view(), pa);
+  s += reco::summarize(obj, db.view(), pb);
   reco::step_plan plan = reco::finish_plan(obj, step, s);
   ASSERT_FALSE(plan.complete());
-  std::vector<float> g(d.a.logp.size());
-  expect_plan_error([&] { obj(reco::cpu{}, ta.view(), reco::gradients<float>{g, {}}, plan, pa); }, "not complete");
-  reco::step_summary r0 = reco::plan_round(obj, plan, ta.view(), pa);
-  r0 += reco::plan_round(obj, plan, tb.view(), pb);
+  std::vector<double> g(d.a.logp.size());
+  expect_plan_error([&] { obj(reco::cpu{}, da.view(), reco::gradients<double>{g, {}}, plan, pa); }, "not complete");
+  reco::step_summary r0 = reco::plan_round(obj, plan, da.view(), pa);
+  r0 += reco::plan_round(obj, plan, db.view(), pb);
   reco::step_plan ahead = plan;
   ahead.advance(r0);
-  reco::step_summary mixed = reco::plan_round(obj, plan, ta.view(), pa);
-  mixed += reco::plan_round(obj, ahead, tb.view(), pb);
+  ASSERT_EQ(ahead.stage(), reco::step_plan::stage_kind::histogram);
+  reco::step_summary mixed = reco::plan_round(obj, plan, da.view(), pa);
+  mixed += reco::plan_round(obj, ahead, db.view(), pb);
   expect_plan_error([&] { plan.advance(mixed); }, "different stages");
+  // Float rounds of different stages differ in size: refused when they are added.
+  reco::step_summary fs = reco::summarize(obj, ta.view(), pa);
+  fs += reco::summarize(obj, tb.view(), pb);
+  reco::step_plan fplan = reco::finish_plan(obj, step, fs);
+  reco::step_summary f0 = reco::plan_round(obj, fplan, ta.view(), pa);
+  f0 += reco::plan_round(obj, fplan, tb.view(), pb);
+  reco::step_plan fahead = fplan;
+  fahead.advance(f0);
+  reco::step_summary fmixed = reco::plan_round(obj, fplan, ta.view(), pa);
+  expect_plan_error([&] { fmixed += reco::plan_round(obj, fahead, tb.view(), pb); }, "different sizes");
+}
+
+
+// The plan checks the values it reads and reports them on every part alike (from finish_plan, on
+// the summed summaries); a bad value it does not read is the part's call's error.
+TEST(StepPlan, ValuesThePlanReadsFailOnEveryPart) {
+  two_parts d;
+  reco::step_info step{9, d.m.R, 1.0, 0};
+  const reco::step_part pa{step, 0, d.fg_a}, pb{step, d.half, d.fg_b};
+  // The first valid token of part b.
+  index_t t = d.b.begin(0);
+  while (!d.b.mask[static_cast<std::size_t>(t)]) ++t;
+  const auto at = static_cast<std::size_t>(t);
+  auto plan_error = [&](const auto& obj, const master_batch& b, const char* name) {
+    typed_batch<double> ta(d.a), tb(b);
+    // Part a's own summary is fine: the error appears only in the sum, on every part alike.
+    EXPECT_NO_THROW(reco::summarize(obj, ta.view(), pa));
+    EXPECT_NO_THROW(reco::summarize(obj, tb.view(), pb));
+    try {
+      reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, pb});
+      ADD_FAILURE() << "no error for " << name;
+    } catch (const reco::error& e) {
+      EXPECT_EQ(e.argument(), name) << e.what();
+    }
+  };
+  {  // reco averages old_logp per response for its weight.
+    master_batch b = d.b;
+    b.old_logp[at] = std::nan("");
+    plan_error(reco::presets::reco{}, b, "batch.old_logp");
+    b.old_logp[at] = 0.5;
+    plan_error(reco::presets::reco{}, b, "batch.old_logp");
+  }
+  {  // The 80/20 rule selects on entropies.
+    master_batch b = d.b;
+    b.entropy[at] = std::numeric_limits<double>::infinity();
+    plan_error(reco::presets::rule_80_20{}, b, "batch.entropy");
+  }
+  {  // Rewards.
+    master_batch b = d.b;
+    b.rewards[0] = std::nan("");
+    plan_error(reco::presets::grpo{}, b, "batch.rewards");
+  }
+  {  // grpo's plan does not read logp: the plan is built, and the call on that part fails.
+    master_batch b = d.b;
+    b.logp[at] = std::nan("");
+    reco::presets::grpo obj;
+    typed_batch<double> ta(d.a), tb(b);
+    const reco::step_plan plan = reco::plan_step(obj, step, views(ta, tb), std::vector<reco::step_part>{pa, pb});
+    std::vector<double> g(b.logp.size());
+    try {
+      obj(reco::cpu{}, tb.view(), reco::gradients<double>{g, {}}, plan, pb);
+      ADD_FAILURE() << "no error for a NaN logp";
+    } catch (const reco::error& e) {
+      EXPECT_EQ(e.argument(), "batch.logp") << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -164,6 +164,9 @@ struct prepared_call {
   bool host_stats = true;
   at::ScalarType compute = at::kFloat;
   at::Device device = at::kCPU;
+  // For a step plan: the inputs only. No gradient buffers, and no checks of values the plan does
+  // not read (the call checks them).
+  bool inputs_only = false;
   // Owners of the converted inputs the request points into.
   std::vector<at::Tensor> keep;
   at::Tensor grad_logp;     // [N] compute type
@@ -343,11 +346,11 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
 
   // Accepted inputs that the objective does not check (see unread_values).
   c.logp = logp;
-  if (ent.defined() && !needs.entropy)
+  if (ent.defined() && !needs.entropy && !c.inputs_only)
     c.unread.push_back(unread_check(ent, mask, "entropy",
                                     who + " uses entropy only for the entropy_mean / entropy_kept_mean diagnostics",
                                     reco::bad_entropy));
-  if (ref_lp.defined() && !needs.ref_logp)
+  if (ref_lp.defined() && !needs.ref_logp && !c.inputs_only)
     c.unread.push_back(unread_check(ref_lp, mask, "ref_logp", who + " has no KL term and does not use ref_logp",
                                     reco::bad_ref_logp));
   if (!c.cuda) {
@@ -358,8 +361,10 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   // Gradients: every token is written by the objective (0 for invalid ones).
   const index_t N = logp.numel();
   const auto opts = at::TensorOptions().dtype(ct).device(device);
-  c.grad_logp = at::empty({N}, opts);
-  if (needs.entropy_gradient) c.grad_entropy = at::empty({N}, opts);
+  if (!c.inputs_only) {
+    c.grad_logp = at::empty({N}, opts);
+    if (needs.entropy_gradient) c.grad_entropy = at::empty({N}, opts);
+  }
 
   c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups};
   auto fill = [&](auto tag, auto& batch, auto& grads) {
@@ -376,7 +381,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     batch.advantages = view_of<T>(adv);
     batch.response_weights = view_of<T>(rw);
     if (mask.defined()) batch.mask = span<const std::uint8_t>(static_cast<const std::uint8_t*>(mask.data_ptr()), N);
-    grads.logp = span<T>(c.grad_logp.data_ptr<T>(), N);
+    if (c.grad_logp.defined()) grads.logp = span<T>(c.grad_logp.data_ptr<T>(), N);
     if (c.grad_entropy.defined()) grads.entropy = span<T>(c.grad_entropy.data_ptr<T>(), N);
   };
   c.request.use_double = ct == at::kDouble;
@@ -401,6 +406,7 @@ namespace detail {
 
 request_owner make_request(const policy_inputs& in, const objective_needs& needs) {
   prepared_call c;
+  c.inputs_only = true;
   build_request(in, needs, c, "this objective");
   request_owner r;
   r.request = c.request;

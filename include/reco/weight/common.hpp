@@ -19,6 +19,14 @@ enum class weight_normalisation : std::uint8_t {
 constexpr choice_labels<3> labels_of(weight_normalisation) { return {{"none", "group_mean", "batch_mean"}}; }
 
 namespace detail {
+// Whether a weighter reads the mean old log-probability of each response (unknown weighters:
+// assume they do). Passes that average old_logp per response run only when it does.
+template <class W, class = void>
+struct weight_needs_old_mean : std::true_type {};
+template <class W>
+struct weight_needs_old_mean<W, std::void_t<decltype(W::needs_old_logp_mean)>>
+    : std::bool_constant<W::needs_old_logp_mean> {};
+
 template <class W, class = void>
 struct has_log_raw : std::false_type {};
 template <class W>

@@ -48,12 +48,6 @@ struct stages {
   bool entropy_quantile = false;     // entropy-split clip: per-response quantiles (segmented sort)
 };
 
-template <class W, class = void>
-struct weight_needs_old_mean : std::true_type {};  // unknown weighters: assume they read it
-template <class W>
-struct weight_needs_old_mean<W, std::void_t<decltype(W::needs_old_logp_mean)>>
-    : std::bool_constant<W::needs_old_logp_mean> {};
-
 template <class Obj>
 stages stages_of(const Obj& obj) {
   using adv_t = typename Obj::advantage_type;

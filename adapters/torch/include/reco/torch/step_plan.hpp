@@ -14,9 +14,9 @@
 // share a prompt id share that group (with group_offsets, every part's groups are its own).
 //
 // Collectives on the process group (a constant number, whatever the number of micro-batches):
-// one all-gather of 6 integers per rank (the step's layout), one all-reduce SUM of the summaries,
-// and for the 80/20 presets 2 (float) or 4 (double) histogram all-reduces plus one of the
-// per-response cut counts. A rank that does not join fails after the process group's timeout
+// one all-gather of 6 integers per rank (the step's layout), one all-reduce SUM of the summaries
+// (which carry the first histogram of an 80/20 cut), and for the 80/20 presets 1 (float) or 3
+// (double) more histogram all-reduces plus one of the per-response cut counts. A rank that does not join fails after the process group's timeout
 // (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
 // disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
 // group may be null: gradient accumulation in one process, the same plan without collectives.
