@@ -183,7 +183,8 @@ struct histogram_pass {
     const std::uint8_t* m = b.mask;
     K keys[block];
     std::uint8_t take[block];
-    std::vector<C> lanes(above == 0 ? 3 * (std::size_t(digit) + 1) : 0);
+    thread_local std::vector<C> lanes;  // kept per thread: fresh pages each round cost more than the round
+    if (above == 0) lanes.assign(3 * (std::size_t(digit) + 1), C(0));
     C* sub[4] = {counts, lanes.data(), lanes.data() + (digit + 1), lanes.data() + 2 * (digit + 1)};
     const int high = shift + 16;  // the bits at and above `high` are the prefix
     unsigned bad = 0;
