@@ -40,7 +40,6 @@ struct cispo_ratio {
 
   static constexpr ratio_scope scope = ratio_scope::token;
   static constexpr bool self_clipped = true;
-  static constexpr bool needs_probabilities = false;
 
   template <class V>
   RECO_TOKEN_MATH basic_surrogate_value<V> surrogate(const basic_token_context<V>& c) const {

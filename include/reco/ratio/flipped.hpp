@@ -35,7 +35,6 @@ struct flipped_ratio {
 
   static constexpr ratio_scope scope = ratio_scope::token;
   static constexpr bool self_clipped = false;
-  static constexpr bool needs_probabilities = false;
 
   template <class V>
   RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {

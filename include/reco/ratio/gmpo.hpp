@@ -40,7 +40,6 @@ struct gmpo_ratio {
 
   static constexpr ratio_scope scope = ratio_scope::sequence;
   static constexpr bool self_clipped = false;
-  static constexpr bool needs_probabilities = false;
 
   template <class V>
   RECO_TOKEN_MATH detail::mask_t<V> unclipped(const basic_token_context<V>& c) const {

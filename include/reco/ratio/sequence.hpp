@@ -34,7 +34,6 @@ struct sequence_ratio {
 
   static constexpr ratio_scope scope = ratio_scope::sequence;
   static constexpr bool self_clipped = false;
-  static constexpr bool needs_probabilities = false;
 
   // Summed over a response's valid tokens and divided by |o_i| to form sequence_log_ratio.
   RECO_HOST_DEVICE double sequence_term(const token_context& c) const { return c.logp - c.old_logp; }

@@ -57,7 +57,6 @@ struct variance_ratio {
 
   static constexpr ratio_scope scope = ratio_scope::token;
   static constexpr bool self_clipped = false;
-  static constexpr bool needs_probabilities = true;  // logp and old_logp must be <= 0
 
   template <class V>
   RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
