@@ -54,7 +54,7 @@ stages stages_of(const Obj& obj) {
   stages s;
   const bool batch_stage = adv_t::batch_stage != advantage_batch_stage::none;
   s.finalize = batch_stage || obj.weight.normalisation() == weight_normalisation::batch_mean;
-  s.old_mean = weight_needs_old_mean<typename Obj::weight_type>::value;
+  s.old_mean = detail::weight_needs_old_mean<typename Obj::weight_type>::value;
   s.sequence = Obj::ratio_type::scope == ratio_scope::sequence;
   // A sequence term may read the sign of the advantage (GMPO), so it runs once A is final.
   s.sequence_in_finalize = s.sequence && batch_stage;
