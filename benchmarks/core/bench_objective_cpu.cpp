@@ -1,13 +1,24 @@
 // The per-token objective on the CPU backend: presets grpo, reco, dapo and rule_80_20 over
-// ragged batches of about 8K, 256K and 4M tokens (G = 8), with the token pass on packs
-// (".../packed", the default: SIMD, dispatched at run time to the widest instruction set the CPU
-// runs, RECO_SIMD_LEVEL=baseline|avx2 caps it) and token by token (".../scalar", reco::cpu::vectorise =
-// false). Reports tokens/s and compulsory bytes/s (each input read once, the gradient written
-// once). The LibTorch eager baseline of the same formulas lives in benchmarks/torch (same binary
-// there, same run).
+// ragged batches of about 8K, 256K, 4M and (packed only) 16M tokens (G = 8), with the token pass
+// on packs (".../packed", the default: SIMD, dispatched at run time to the widest instruction set
+// the CPU runs, RECO_SIMD_LEVEL=baseline|avx2 caps it) and token by token (".../scalar",
+// reco::cpu::vectorise = false). Reports tokens/s and compulsory bytes/s.
+//
+// The machine's limit sits in the same binary: "copy_cpu/<preset>/N" moves exactly the preset's
+// compulsory bytes with memcpy, on as many OpenMP threads as the objective uses (OMP_NUM_THREADS),
+// so copy time / objective time is the fraction of copy bandwidth the preset reaches
+// (benchmarks/core/summarize_copy.py prints it from the JSON output). The LibTorch
+// eager baseline of the same formulas lives in benchmarks/torch (same binary there, same run).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "core/batch_fixture.hpp"
 #include "reco/reco.hpp"
@@ -16,36 +27,145 @@ namespace {
 
 using reco_bench::index_t;
 
-// Compulsory bytes per token for a preset: logp, old_logp, mask, gradient; plus ref_logp with a
-// KL term and entropy with a token selector.
+// Compulsory bytes of one call: every input the preset reads, read once, and every gradient it
+// writes, written once. Per token: logp and old_logp (4 B each), the mask (1 B), ref_logp with a
+// KL term and entropy with an entropy-driven selector or clip (4 B each); written: the logp
+// gradient (4 B) and the entropy gradient with an entropy bonus (4 B). Per response: the reward
+// (4 B) and its offset into the packed tokens (8 B, R + 1 of them); per group: its offset (8 B,
+// G + 1). Scratch the objective keeps in its workspace is not compulsory and is not counted.
+struct traffic {
+  struct range {
+    const void* src;
+    void* dst;  // null: read only
+    std::size_t bytes;
+  };
+  std::vector<range> moves;  // src -> dst: the written bytes, each paired with an input of the same size
+  double read = 0, written = 0;
+  double total() const { return read + written; }
+};
+
+template <class T>
+std::size_t nbytes(const std::vector<T>& v) {
+  return v.size() * sizeof(T);
+}
+
 template <class Obj>
-double bytes_per_token() {
-  double b = 4 + 4 + 1 + 4;
-  if (Obj::needs_ref_logp) b += 4;
-  if (Obj::needs_entropy) b += 4;
-  return b;
+traffic compulsory_traffic(const reco_bench::token_batch& b, std::vector<float>& grad, std::vector<float>& grad_entropy) {
+  traffic t;
+  auto read = [&](const void* p, std::size_t n) {
+    t.moves.push_back({p, nullptr, n});
+    t.read += static_cast<double>(n);
+  };
+  // The logp gradient is written once: pair it with the logp read (memcpy logp -> gradient).
+  t.moves.push_back({b.logp.data(), grad.data(), nbytes(b.logp)});
+  t.read += static_cast<double>(nbytes(b.logp));
+  t.written += static_cast<double>(nbytes(grad));
+  read(b.old_logp.data(), nbytes(b.old_logp));
+  read(b.mask.data(), nbytes(b.mask));
+  if (Obj::needs_ref_logp) read(b.ref_logp.data(), nbytes(b.ref_logp));
+  if (Obj::has_entropy_gradient) {
+    t.moves.push_back({b.entropy.data(), grad_entropy.data(), nbytes(b.entropy)});
+    t.read += static_cast<double>(nbytes(b.entropy));
+    t.written += static_cast<double>(nbytes(grad_entropy));
+  } else if (Obj::needs_entropy) {
+    read(b.entropy.data(), nbytes(b.entropy));
+  }
+  if (Obj::needs_rewards) read(b.rewards.data(), nbytes(b.rewards));
+  read(b.offsets.data(), nbytes(b.offsets));
+  read(b.groups.data(), nbytes(b.groups));
+  return t;
+}
+
+// The copy baseline: each thread takes an equal, 64-byte aligned share of every range. A written
+// range is a memcpy src -> dst (reads and writes its bytes once). A read-only range is a memcpy
+// into the thread's 16 KiB scratch, one L1-sized piece at a time: its bytes come from memory once
+// and the scratch stays in L1, so no memory write is added. Every memcpy is at most 64 KiB, so
+// glibc uses ordinary cached stores (as the objective does, write-allocate included), not the
+// non-temporal stores it picks for copies of several MB.
+constexpr std::size_t copy_piece = 64 << 10;
+constexpr std::size_t scratch_bytes = 16 << 10;
+
+// The OpenMP team size: the objective's passes (Thrust's OMP system) and the copy both use it.
+inline int omp_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+inline void copy_share(const traffic::range& r, int thread, int threads, unsigned char* scratch) {
+  const std::size_t lines = (r.bytes + 63) / 64;
+  const std::size_t b = std::min(r.bytes, lines * thread / threads * 64);
+  const std::size_t e = std::min(r.bytes, lines * (thread + 1) / threads * 64);
+  const auto* src = static_cast<const unsigned char*>(r.src);
+  if (r.dst) {
+    auto* dst = static_cast<unsigned char*>(r.dst);
+    for (std::size_t i = b; i < e; i += copy_piece) std::memcpy(dst + i, src + i, std::min(copy_piece, e - i));
+  } else {
+    for (std::size_t i = b; i < e; i += scratch_bytes) {
+      std::memcpy(scratch, src + i, std::min(scratch_bytes, e - i));
+      benchmark::ClobberMemory();  // the scratch is "read": keep every piece
+    }
+  }
+}
+
+inline void copy_pass(const traffic& t, std::vector<unsigned char>& scratch) {
+#if defined(_OPENMP)
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+#else
+  {
+    const int threads = 1, thread = 0;
+#endif
+    unsigned char* mine = scratch.data() + static_cast<std::size_t>(thread) * scratch_bytes;
+    for (const auto& r : t.moves) copy_share(r, thread, threads, mine);
+  }
+}
+
+template <class Obj>
+void bm_copy(benchmark::State& state) {
+  const auto batch = reco_bench::make_token_batch(state.range(0));
+  std::vector<float> grad(batch.grad.size()), grad_entropy(Obj::has_entropy_gradient ? batch.grad.size() : 0);
+  const traffic t = compulsory_traffic<Obj>(batch, grad, grad_entropy);
+  std::vector<unsigned char> scratch(static_cast<std::size_t>(omp_threads()) * scratch_bytes);
+  benchmark::DoNotOptimize(scratch.data());
+  for (auto _ : state) {
+    copy_pass(t, scratch);
+    benchmark::DoNotOptimize(grad.data());
+    benchmark::ClobberMemory();
+  }
+  const double n = static_cast<double>(batch.N);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.total()));
+  state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens"] = n;
+  state.counters["bytes"] = t.total();
+  state.counters["threads"] = omp_threads();
 }
 
 template <class Obj, bool Packed>
 void bm_objective(benchmark::State& state) {
   const auto batch = reco_bench::make_token_batch(state.range(0));
   auto grad = batch.grad;
+  std::vector<float> grad_entropy(Obj::has_entropy_gradient ? batch.grad.size() : 0);
+  const traffic t = compulsory_traffic<Obj>(batch, grad, grad_entropy);
   Obj obj;
   reco::workspace<reco::cpu> ws;
   reco::cpu backend;
   backend.vectorise = Packed;
   const auto view = batch.view();
   for (auto _ : state) {
-    const auto r = obj(backend, view, reco::gradients<float>{grad, {}}, ws);
+    const auto r = obj(backend, view, reco::gradients<float>{grad, grad_entropy}, ws);
     benchmark::DoNotOptimize(r.loss);
     benchmark::ClobberMemory();
   }
   const double n = static_cast<double>(batch.N);
   state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bytes/s"] =
-      benchmark::Counter(n * bytes_per_token<Obj>(), benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1024);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.total()));
   state.counters["tokens"] = n;
+  state.counters["bytes"] = t.total();
+  state.counters["threads"] = omp_threads();
 }
 
 #define RECO_OBJECTIVE_BENCH_PATH(preset, packed, path)                                           \
@@ -55,10 +175,18 @@ void bm_objective(benchmark::State& state) {
       ->Arg(256 << 10)                                                                            \
       ->Arg(4 << 20)                                                                              \
       ->Unit(benchmark::kMillisecond)                                                             \
+      ->UseRealTime()
+// 16M tokens on the default (packed) path and its copy baseline only: the scalar path at 16M
+// would add seconds per repetition to a full run and says nothing the 4M row does not.
+#define RECO_OBJECTIVE_BENCH(preset)                                                          \
+  RECO_OBJECTIVE_BENCH_PATH(preset, true, "packed")->Arg(16 << 20);                           \
+  RECO_OBJECTIVE_BENCH_PATH(preset, false, "scalar");                                         \
+  BENCHMARK_TEMPLATE(bm_copy, reco::presets::preset)                                          \
+      ->Name("copy_cpu/" #preset)                                                             \
+      ->Arg(4 << 20)                                                                          \
+      ->Arg(16 << 20)                                                                         \
+      ->Unit(benchmark::kMillisecond)                                                         \
       ->UseRealTime();
-#define RECO_OBJECTIVE_BENCH(preset)                \
-  RECO_OBJECTIVE_BENCH_PATH(preset, true, "packed") \
-  RECO_OBJECTIVE_BENCH_PATH(preset, false, "scalar")
 
 RECO_OBJECTIVE_BENCH(grpo)
 RECO_OBJECTIVE_BENCH(reco)
