@@ -72,13 +72,6 @@ struct plan_scan_fn {
 template <class T>
 struct packed_plan_scan {
   template <int W>
-  struct lanes_state {
-    token_faults<simd::pack<W>> faults;
-    simd::pack<W> old_sum = 0.0;
-    simd::counter<W> n;
-  };
-
-  template <int W>
   static RECO_SIMD_INLINE void run(const plan_scan_fn<T>& f, const index_t& begin, const index_t& end,
                                    token_scan& s) {
     const batch_pointers<T>& b = f.b;
@@ -92,31 +85,21 @@ struct packed_plan_scan {
       s.n = n;
       return;
     }
-    index_t first = begin, last = end - 1;
-    if (b.mask) {
-      while (first < end && b.mask[first] == 0) ++first;
-      while (last > first && b.mask[last] == 0) --last;
-    }
-    if (first > last) return;
-    s.first = first;
-    s.last = last;
-    lanes_state<W> st;
-    index_t t = first;
-    for (; t + W <= last + 1; t += W) step<W, true>(f, t, W, st);
-    if (t <= last) step<W, false>(f, t, static_cast<int>(last + 1 - t), st);
-    s.n = static_cast<index_t>(st.n.total());
-    s.old_sum = simd::sum_lanes(st.old_sum);
-    s.status |= fault_status(st.faults);
+    if (!trim_to_valid(b.mask, begin, end, s)) return;
+    scan_lanes<W> st;
+    index_t t = s.first;
+    for (; t + W <= s.last + 1; t += W) step<W, true>(f, t, W, st);
+    if (t <= s.last) step<W, false>(f, t, static_cast<int>(s.last + 1 - t), st);
+    st.finish(s);
   }
 
   template <int W, bool Full>
   static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
-    if constexpr (Full) return simd::load<W>(src);
-    else return simd::load_first<W>(src, n);
+    return packed_scan<T>::template load<W, Full>(src, n);
   }
 
   template <int W, bool Full>
-  static RECO_SIMD_INLINE void step(const plan_scan_fn<T>& f, index_t t, int n, lanes_state<W>& st) {
+  static RECO_SIMD_INLINE void step(const plan_scan_fn<T>& f, index_t t, int n, scan_lanes<W>& st) {
     using P = simd::pack<W>;
     using M = simd::mask<W>;
     const batch_pointers<T>& b = f.b;

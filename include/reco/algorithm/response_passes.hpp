@@ -152,39 +152,52 @@ struct scan_response_fn {
   }
 };
 
+// The first and last valid token of [begin, end) into s; false when there is none. Packed scans
+// read only that span, as packs from its first token (their sums round the same way).
+inline bool trim_to_valid(const std::uint8_t* mask, index_t begin, index_t end, token_scan& s) {
+  index_t first = begin, last = end - 1;
+  if (mask) {
+    while (first < end && mask[first] == 0) ++first;
+    while (last > first && mask[last] == 0) --last;
+  }
+  if (first > last) return false;
+  s.first = first;
+  s.last = last;
+  return true;
+}
+
 #if RECO_SIMD
+// What a packed scan accumulates per lane: the checks, the sum of old_logp and the valid count.
+template <int W>
+struct scan_lanes {
+  token_faults<simd::pack<W>> faults;
+  simd::pack<W> old_sum = 0.0;
+  simd::counter<W> n;
+  RECO_SIMD_INLINE void finish(token_scan& s) const {
+    s.n = static_cast<index_t>(n.total());
+    s.old_sum = simd::sum_lanes(old_sum);
+    s.status |= fault_status(faults);
+  }
+};
+
 // Pass 1's token loop on packs of W tokens: the same checks and sums, the old_logp sum kept per
 // lane (so it rounds differently from the scalar loop), the checks or-ed per lane. Only the span
 // between the first and the last valid token is read as packs.
 template <class T>
 struct packed_scan {
   template <int W>
-  struct lanes_state {
-    token_faults<simd::pack<W>> faults;
-    simd::pack<W> old_sum = 0.0;
-    simd::counter<W> n;
-  };
+  using lanes_state = scan_lanes<W>;
 
   template <int W>
   static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
                                    token_scan& s) {
-    const batch_pointers<T>& b = f.b;
-    index_t first = begin, last = end - 1;
-    if (b.mask) {
-      while (first < end && b.mask[first] == 0) ++first;
-      while (last > first && b.mask[last] == 0) --last;
-    }
-    if (first > last) return;  // no valid token
-    s.first = first;
-    s.last = last;
+    if (!trim_to_valid(f.b.mask, begin, end, s)) return;  // no valid token
     const token_checks which = f.per_token_checks();
     lanes_state<W> st;
-    index_t t = first;
-    for (; t + W <= last + 1; t += W) step<W, true>(f, which, t, W, st);
-    if (t <= last) step<W, false>(f, which, t, static_cast<int>(last + 1 - t), st);
-    s.n = static_cast<index_t>(st.n.total());
-    s.old_sum = simd::sum_lanes(st.old_sum);
-    s.status |= fault_status(st.faults);
+    index_t t = s.first;
+    for (; t + W <= s.last + 1; t += W) step<W, true>(f, which, t, W, st);
+    if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
+    st.finish(s);
   }
 
   template <int W, bool Full>
