@@ -1,0 +1,129 @@
+"""reco: GRPO-family policy objectives (ReCo, GRPO, DAPO, GSPO, CISPO, ASPO, the 80/20 rule) for
+PyTorch, as typed functions over the op library ``torch.ops.reco``.
+
+    import reco
+    out = reco.policy_loss("reco", logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask,
+                           rewards=rewards, group_offsets=group_offsets)
+    out.loss.backward()          # d loss / d logp (and d loss / d entropy where a term has one)
+    print(out.stats_dict()["clip_fraction"])
+
+Shapes: per-token inputs are ``[R, T]`` with a bool/uint8 ``mask`` (padded) or ``[N]`` with
+``offsets`` (packed, R + 1 int64 offsets); per-response inputs are ``[R]``; ``group_offsets`` are
+P + 1 int64 offsets of the prompt groups (or give ``prompt_ids``, one per response, contiguous).
+Every input a preset does not read is an error naming it. ``presets()`` lists the preset names
+and ``override_keys(preset)`` the parameters ``overrides`` may set. The docs of the repository
+(docs/torch.md, docs/presets.md, docs/distributed.md) give the definitions.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+
+__version__ = "0.1.0"
+
+_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libreco_torch_ops.so")
+if not os.path.exists(_LIBRARY):
+    raise ImportError(f"reco: the op library {_LIBRARY} is missing; reinstall with "
+                      "`pip install --no-build-isolation .` from the repository")
+torch.ops.load_library(_LIBRARY)
+_ops = torch.ops.reco
+
+Tensor = torch.Tensor
+
+
+def library_path() -> str:
+    """The path of the op library this package loaded (for torch.ops.load_library elsewhere)."""
+    return _LIBRARY
+
+
+def presets() -> List[str]:
+    """The preset names, in registry order."""
+    return list(_ops.presets())
+
+
+def override_keys(preset: str) -> List[str]:
+    """The keys ``overrides`` may set for ``preset`` ("<component>.<field>")."""
+    return list(_ops.override_keys(preset))
+
+
+def stat_names() -> List[str]:
+    """The names of the entries of a loss's ``stats`` tensor, in order."""
+    return list(_ops.stat_names())
+
+
+class PolicyLoss(NamedTuple):
+    """A policy loss: the 0-dim ``loss`` (differentiable in logp, and in entropy where a term
+    reads it) and ``stats``, a float64 tensor named by ``stat_names()``."""
+
+    loss: Tensor
+    stats: Tensor
+
+    def stats_dict(self) -> Dict[str, float]:
+        """The stats as a name -> value dict (reads them on the host)."""
+        return dict(zip(stat_names(), self.stats.double().cpu().tolist()))
+
+
+def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
+                ref_logp: Optional[Tensor] = None, entropy: Optional[Tensor] = None,
+                mask: Optional[Tensor] = None, offsets: Optional[Tensor] = None,
+                rewards: Optional[Tensor] = None, advantages: Optional[Tensor] = None,
+                group_offsets: Optional[Tensor] = None, prompt_ids: Optional[Tensor] = None,
+                token_weights: Optional[Tensor] = None, response_weights: Optional[Tensor] = None,
+                overrides: Optional[Dict[str, float]] = None, global_tokens: int = 0,
+                global_responses: int = 0, global_kept_tokens: int = 0, global_kept_responses: int = 0,
+                host_stats: bool = True) -> PolicyLoss:
+    """The loss of one call of ``preset`` (with ``overrides``) on a batch.
+
+    ``global_*`` are the step's counts when a step is split by hand (0: count this call); a
+    split step is better served by the step plan (``plan_summary`` / ``planned_policy_loss``).
+    """
+    loss, stats = _ops.policy_loss(preset, logp, old_logp, ref_logp, entropy, mask, offsets, rewards,
+                                   advantages, group_offsets, prompt_ids, token_weights, response_weights,
+                                   overrides, global_tokens, global_responses, global_kept_tokens,
+                                   global_kept_responses, host_stats)
+    return PolicyLoss(loss, stats)
+
+
+def token_logp_entropy(logits: Tensor, tokens: Tensor, temperature: float = 1.0,
+                       row_mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """log p(token) and the entropy of softmax(logits / temperature) per row: logits ``[..., V]``
+    (float32, bfloat16 or float16), tokens ``[...]`` int64. Differentiable in logits."""
+    return _ops.token_logp_entropy(logits, tokens, temperature, row_mask)
+
+
+def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor, *,
+                 overrides: Optional[Dict[str, float]] = None, **inputs: Optional[Tensor]) -> Tensor:
+    """This micro-batch's summary of the step plan's next stage (stage 0 when ``summaries`` is
+    empty), or an empty tensor once the plan is complete. Sum it over the step's micro-batches
+    and ranks (``torch.distributed.all_reduce``) and append the sum to ``summaries``.
+    ``part`` = [step id, responses of the step, first response of this micro-batch, its first
+    group]; ``scale`` = the world size under DDP averaging (1 for a plain sum); ``inputs`` are the
+    tensor keywords of ``policy_loss``."""
+    return _ops.plan_summary(preset, list(part), float(scale), list(summaries), logp, *_tensor_inputs(inputs),
+                             overrides)
+
+
+def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor,
+                        *, overrides: Optional[Dict[str, float]] = None, **inputs: Optional[Tensor]) -> PolicyLoss:
+    """This micro-batch's share of the step's loss under the plan ``summaries`` give (see
+    ``plan_summary``): the shares' sum over the step is one call on the whole step."""
+    loss, stats = _ops.planned_policy_loss(preset, list(part), float(scale), list(summaries), logp,
+                                           *_tensor_inputs(inputs), overrides)
+    return PolicyLoss(loss, stats)
+
+
+_TENSOR_INPUTS = ("old_logp", "ref_logp", "entropy", "mask", "offsets", "rewards", "advantages", "group_offsets",
+                  "prompt_ids", "token_weights", "response_weights")
+
+
+def _tensor_inputs(inputs: Dict[str, Optional[Tensor]]) -> List[Optional[Tensor]]:
+    unknown = sorted(set(inputs) - set(_TENSOR_INPUTS))
+    if unknown:
+        raise TypeError(f"reco: unknown input(s) {unknown}; the inputs are {list(_TENSOR_INPUTS)}")
+    return [inputs.get(k) for k in _TENSOR_INPUTS]
+
+
+__all__ = ["PolicyLoss", "library_path", "override_keys", "plan_summary", "planned_policy_loss", "policy_loss",
+           "presets", "stat_names", "token_logp_entropy", "__version__"]

@@ -1,0 +1,98 @@
+"""The pip-installed package `reco` (python/reco): its typed functions against the plain-torch
+formulas of tests/torch/test_ops.py (forward and gradient), a step split into two micro-batches
+through plan_summary / planned_policy_loss against one call on the whole step, the stats dict,
+token_logp_entropy against log_softmax, and its argument errors.
+
+Run with the interpreter the package was installed into, from outside the repository root:
+    python tests/python/test_package.py
+"""
+import os
+import sys
+import unittest
+
+import torch
+
+import reco
+
+# The formulas of the op tests, loaded against the installed library.
+os.environ["RECO_TORCH_OPS"] = reco.library_path()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+_argv, sys.argv = sys.argv, sys.argv[:1]
+import test_ops as formulas  # noqa: E402
+sys.argv = _argv
+
+
+def inputs(b):
+    return dict(old_logp=b["old"], ref_logp=b["ref"], mask=b["mask"], rewards=b["rewards"],
+                group_offsets=b["group_offsets"])
+
+
+class Package(unittest.TestCase):
+    def test_policy_loss_matches_formulas(self):
+        for name, fn in (("grpo", formulas.grpo_loss), ("reco", formulas.reco_loss)):
+            for seed in (1, 2):
+                b = formulas.make_batch(seed)
+                logp = b["logp"].clone().requires_grad_(True)
+                out = reco.policy_loss(name, logp, **inputs(b))
+                out.loss.backward()
+                want, want_grad = formulas.run_formula(fn, b)
+                self.assertLessEqual(abs(out.loss.item() - want.item()), 1e-10, name)
+                self.assertLessEqual((logp.grad - want_grad).abs().max().item(), 1e-10, name)
+                self.assertEqual(logp.grad[~b["mask"]].abs().sum().item(), 0.0)
+                stats = out.stats_dict()
+                self.assertEqual(list(stats), reco.stat_names())
+                self.assertEqual(stats[reco.stat_names()[0]], out.stats[0].item())
+
+    def test_overrides_change_the_loss(self):
+        b = formulas.make_batch(3)
+        self.assertIn("clip.eps_high", reco.override_keys("grpo"))
+        base = reco.policy_loss("grpo", b["logp"], **inputs(b)).loss.item()
+        wide = reco.policy_loss("grpo", b["logp"], overrides={"clip.eps_high": 0.5}, **inputs(b)).loss.item()
+        want = formulas.grpo_loss(b, b["logp"], eps_high=0.5).item()
+        self.assertLessEqual(abs(wide - want), 1e-10)
+        self.assertNotEqual(base, wide)
+
+    def test_split_step_equals_whole_step(self):
+        b = formulas.make_batch(4)
+        R, G = b["logp"].shape[0], b["G"]
+        half = (R // G // 2) * G  # whole groups in each micro-batch
+        whole = reco.policy_loss("reco", b["logp"], **inputs(b)).loss.item()
+        parts = []
+        for lo, hi in ((0, half), (half, R)):
+            t = {k: v[lo:hi] for k, v in (("logp", b["logp"]), ("old_logp", b["old"]), ("ref_logp", b["ref"]),
+                                          ("mask", b["mask"]), ("rewards", b["rewards"]))}
+            t["group_offsets"] = torch.arange(0, hi - lo + 1, G, dtype=torch.int64)
+            parts.append(([1, R, lo, lo // G], t))
+        summaries = []
+        while True:
+            s = sum(reco.plan_summary("reco", p, 1.0, summaries, t["logp"],
+                                      **{k: v for k, v in t.items() if k != "logp"}) for p, t in parts)
+            if s.numel() == 0:
+                break
+            summaries.append(s)
+        total = sum(reco.planned_policy_loss("reco", p, 1.0, summaries, t["logp"],
+                                             **{k: v for k, v in t.items() if k != "logp"}).loss.item()
+                    for p, t in parts)
+        self.assertLessEqual(abs(total - whole), 1e-12 * max(1.0, abs(whole)))
+
+    def test_token_logp_entropy(self):
+        g = torch.Generator().manual_seed(5)
+        logits = torch.randn(3, 7, 11, generator=g)
+        tokens = torch.randint(0, 11, (3, 7), generator=g)
+        logp, ent = reco.token_logp_entropy(logits, tokens, temperature=0.7)
+        ls = torch.log_softmax(logits.double() / 0.7, -1)
+        self.assertLessEqual((logp.double() - ls.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)).abs().max().item(), 1e-5)
+        self.assertLessEqual((ent.double() + (ls.exp() * ls).sum(-1)).abs().max().item(), 1e-5)
+
+    def test_errors_name_the_argument(self):
+        b = formulas.make_batch(6)
+        with self.assertRaisesRegex(ValueError, "advantages: preset .grpo. computes advantages from rewards"):
+            reco.policy_loss("grpo", b["logp"], advantages=b["rewards"], **inputs(b))
+        with self.assertRaisesRegex(TypeError, "unknown input"):
+            reco.plan_summary("grpo", [0, 20, 0, 0], 1.0, [], b["logp"], reward=b["rewards"])
+        with self.assertRaisesRegex((RuntimeError, ValueError), "no_such_preset"):
+            reco.policy_loss("no_such_preset", b["logp"], **inputs(b))
+
+
+if __name__ == "__main__":
+    unittest.main()
