@@ -12,10 +12,12 @@
 // The per-token math's functions (those written over V): host and device, and always inlined by
 // host compilers, so that the CPU's wide variants compiled for another instruction set
 // (reco/detail/simd.hpp) never call one of them, which would pass packs with another calling
-// convention.
+// convention. RECO_NO_FORCE_INLINE (only with RECO_NO_SIMD_DISPATCH, for unoptimised sanitizer
+// builds) leaves inlining to the compiler: at -O0 the forced copies make each pass several times
+// larger and slower to compile.
 #if RECO_DEVICE_COMPILER
 #define RECO_TOKEN_MATH RECO_HOST_DEVICE inline
-#elif defined(__GNUC__) || defined(__clang__)
+#elif (defined(__GNUC__) || defined(__clang__)) && !defined(RECO_NO_FORCE_INLINE)
 #define RECO_TOKEN_MATH inline __attribute__((always_inline))
 #else
 #define RECO_TOKEN_MATH inline

@@ -48,7 +48,14 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+#if defined(RECO_NO_FORCE_INLINE)
+#if RECO_SIMD_DISPATCH
+#error "RECO_NO_FORCE_INLINE needs RECO_NO_SIMD_DISPATCH: the dispatched variants must inline every pack function"
+#endif
+#define RECO_SIMD_INLINE inline
+#else
 #define RECO_SIMD_INLINE inline __attribute__((always_inline))
+#endif
 // A dispatched variant: compiled for the named instruction set with every call below it inlined,
 // so that the packs' generic vector operations are lowered to that set.
 #define RECO_SIMD_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
