@@ -5,7 +5,8 @@ set -euo pipefail
 
 wanted=("$@")
 if [ ${#wanted[@]} -eq 0 ]; then
-  wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev libtorch-dev python3-torch)
+  wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev libtorch-dev python3-torch
+          python3-venv python3-pip)
 fi
 missing=()
 for p in "${wanted[@]}"; do

@@ -3,7 +3,9 @@
 #   1. the main build: CPU backend, eval metrics, logits kernels, LibTorch adapter (Debian's
 #      LibTorch), the ablation smoke test, packaging and header checks; when nvcc is present the
 #      CUDA backend's tests and kernels are compiled (and run only where a GPU exists);
-#   2. the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   2. the Python package: `pip install --no-build-isolation .` into a fresh virtual environment
+#      (Debian's python3-torch seen through --system-site-packages), then its tests;
+#   3. the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Every stage prints its wall time, and a table of them closes the run.
 #
 # Build speed (CI has 2 cores): Ninja, and ccache when installed (its cache lives in
@@ -14,7 +16,8 @@
 # set, the full optimised sm_90 build. The benchmarks are built, not run: -O0
 # (RECO_BENCHMARKS_COMPILE_CHECK_ONLY).
 #
-# Environment: RECO_JOBS (parallel jobs, default nproc), RECO_SKIP_SANITIZERS=1 to skip step 2,
+# Environment: RECO_JOBS (parallel jobs, default nproc), RECO_SKIP_PYTHON_PACKAGE=1 to skip step 2,
+# RECO_SKIP_SANITIZERS=1 to skip step 3,
 # RECO_BUILD_DIR (default build), RECO_ASAN_BUILD_DIR (default build-asan), RECO_CUDA_ARCHS
 # (CMAKE_CUDA_ARCHITECTURES), RECO_NO_CCACHE=1 to compile without the cache.
 set -euo pipefail
@@ -72,7 +75,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
 fi
 
-echo "== [1/2] main build (CUDA: $cuda_flag ${cuda_arch[*]} check-only: $cuda_check_only, LibTorch adapter: ON, generator: ${generator[*]:-default}) =="
+echo "== [1/3] main build (CUDA: $cuda_flag ${cuda_arch[*]} check-only: $cuda_check_only, LibTorch adapter: ON, generator: ${generator[*]:-default}) =="
 cmake -S . -B "$build" "${generator[@]}" "${launchers[@]}" "${cuda_arch[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DRECO_ENABLE_CUDA=$cuda_flag -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only -DRECO_ENABLE_TORCH=ON \
   -DRECO_BUILD_TESTS=ON -DRECO_BUILD_BENCHMARKS=ON -DRECO_BENCHMARKS_COMPILE_CHECK_ONLY=ON -DRECO_BUILD_EXAMPLES=ON
@@ -82,8 +85,24 @@ end_stage "main: build"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
 end_stage "main: tests"
 
+if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
+  echo "== [2/3] Python package: pip install into a fresh virtual environment, then its tests =="
+  # Debian's python3-torch (1.13) through --system-site-packages; scikit-build-core from PyPI. The
+  # wheel builds the op library against that torch (no build isolation: the build must see it).
+  venv="$build/python-venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q "scikit-build-core>=0.10"
+  CMAKE_ARGS="${launchers[*]}" "$venv/bin/pip" install -q --no-build-isolation .
+  root=$PWD
+  ops=$(cd "$build" && "$venv/bin/python" -c "import reco; print(reco.library_path())")
+  (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
+     "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
+  end_stage "python package: build + tests"
+fi
+
 if [ "${RECO_SKIP_SANITIZERS:-0}" != "1" ]; then
-  echo "== [2/2] CPU tests under ASan + UBSan =="
+  echo "== [3/3] CPU tests under ASan + UBSan =="
   # -O0 and one SIMD width (the unit's SSE2 packs, no AVX2/AVX-512 variants): the packed and scalar
   # token passes are both checked (the dispatched variants are the same templates at other widths).
   # RECO_NO_FORCE_INLINE: without the forced inlining of the per-token math, which at -O0 copies
