@@ -18,6 +18,14 @@
 #include "reco/config.hpp"
 #include "reco/detail/simd.hpp"
 
+// The histogram and cut passes go through simd::run_widest where the SIMD kernels exist (their
+// loops then vectorise on the widest registers), and are plain inline functions elsewhere (nvcc).
+#if RECO_SIMD
+#define RECO_PLAN_PASS RECO_SIMD_INLINE
+#else
+#define RECO_PLAN_PASS inline
+#endif
+
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
@@ -155,7 +163,7 @@ inline key_bits<T> order_key_bits(T v) {
 template <class T, class C>
 struct histogram_pass {
   template <int W>
-  static RECO_SIMD_INLINE void run(const batch_pointers<T>& b, const int& shift_in, const int& above,
+  static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& shift_in, const int& above,
                                    const std::uint64_t& prefix, C* const& counts, bool* const& nonfinite) {
     using K = key_bits<T>;
     const int shift = shift_in;  // a local: the counters' stores cannot alias it
@@ -234,7 +242,7 @@ void entropy_histogram(const batch_pointers<T>& b, int shift, int above, std::ui
 template <class T, class V>
 struct cut_count_pass {
   template <int W>
-  static RECO_SIMD_INLINE void run(const batch_pointers<T>& b, const V& cut, std::int64_t* const& above,
+  static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const V& cut, std::int64_t* const& above,
                                    std::int64_t* const& on) {
     const T* h = b.entropy;
     const std::uint8_t* m = b.mask;
