@@ -89,7 +89,7 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   echo "== [2/3] Python package: pip install into a fresh virtual environment, then its tests =="
   # Debian's python3-torch (1.13) through --system-site-packages; scikit-build-core from PyPI. The
   # wheel builds the op library against that torch (no build isolation: the build must see it).
-  venv="$build/python-venv"
+  venv="$(cd "$build" && pwd)/python-venv"  # absolute: the tests run from inside the build dir
   rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q "scikit-build-core>=0.10"
