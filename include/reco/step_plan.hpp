@@ -274,20 +274,6 @@ inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& f
                      std::to_string(stage) + ")");
 }
 
-// The value of an order_key (reco/algorithm/plan_scan.hpp).
-inline double key_value(std::uint64_t k, std::size_t width) {
-  if (width == 8) {
-    const std::uint64_t u = (k >> 63) ? (k & ~(std::uint64_t(1) << 63)) : ~k;
-    double v;
-    std::memcpy(&v, &u, sizeof(v));
-    return v;
-  }
-  const std::uint32_t k32 = static_cast<std::uint32_t>(k);
-  const std::uint32_t u = (k32 >> 31) ? (k32 & ~(std::uint32_t(1) << 31)) : ~k32;
-  float v;
-  std::memcpy(&v, &u, sizeof(v));
-  return static_cast<double>(v);
-}
 
 // Whether a stage-0 summary carries the first histogram round of an 80/20 cut (a selector that
 // finds its cut; the first digit needs nothing from the other parts, so it rides with the

@@ -8,6 +8,7 @@
 // input it reads again, so a bad value the plan does not read is still an error, on its rank.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -123,22 +124,8 @@ struct packed_plan_scan {
 };
 #endif
 
-// Order-preserving unsigned keys: a < b as values iff key(a) < key(b); -0 and +0 share a key.
-inline std::uint64_t order_key(double v) {
-  if (v == 0) v = 0.0;
-  std::uint64_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return (u >> 63) ? ~u : (u | (std::uint64_t(1) << 63));
-}
-inline std::uint64_t order_key(float v) {
-  if (v == 0) v = 0.0f;
-  std::uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return (u >> 31) ? ~u : (u | (std::uint32_t(1) << 31));
-}
-
-// The keys of values of type T, in an unsigned integer of T's width (a loop the compiler
-// vectorises).
+// Order-preserving keys of values of type T, in an unsigned integer of T's width: a < b as
+// values iff key(a) < key(b); -0 and +0 share a key (branch-free: a loop the compiler vectorises).
 template <class T>
 using key_bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 template <class T>
@@ -150,6 +137,21 @@ inline key_bits<T> order_key_bits(T v) {
   if (u == (K(1) << top)) u = 0;  // -0 is +0
   const K flip = (u >> top) ? ~K(0) : (K(1) << top);
   return u ^ flip;
+}
+
+// The value of a key (inverse of order_key_bits; width = sizeof(T)), as a double.
+inline double key_value(std::uint64_t k, std::size_t width) {
+  if (width == 8) {
+    const std::uint64_t u = (k >> 63) ? (k & ~(std::uint64_t(1) << 63)) : ~k;
+    double v;
+    std::memcpy(&v, &u, sizeof(v));
+    return v;
+  }
+  const std::uint32_t k32 = static_cast<std::uint32_t>(k);
+  const std::uint32_t u = (k32 >> 31) ? (k32 & ~(std::uint32_t(1) << 31)) : ~k32;
+  float v;
+  std::memcpy(&v, &u, sizeof(v));
+  return static_cast<double>(v);
 }
 
 // counts[d] += the valid tokens whose key has digit d at `shift` and the bits above it equal to
@@ -185,7 +187,7 @@ struct histogram_pass {
       if (above == 0) {
         if (m) for (index_t j = 0; j < n; ++j) take[j] = m[t0 + j] != 0;
         else std::memset(take, 1, sizeof(take));
-        if (nonfinite)  // NaN and +-inf have an all-ones exponent
+        if (nonfinite)  // h - h is NaN exactly for NaN and +-inf
           for (index_t j = 0; j < n; ++j) bad |= take[j] & static_cast<unsigned>(!(h[t0 + j] - h[t0 + j] == T(0)));
         index_t j = 0;
         for (; j + 4 <= n; j += 4)
