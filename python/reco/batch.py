@@ -1,5 +1,5 @@
 """Batch operations before the loss: advantages from rewards, DAPO's group filter and overlong
-shaping, TRL's truncated-completion mask, and prompt groups (docs/batch_ops.md, docs/torch.md).
+shaping, KL in the reward, TRL's truncated-completion mask, and prompt groups (docs/batch_ops.md, docs/torch.md).
 
 They run on the host (inputs on another device are copied there) and return tensors on the
 device of their main input. Bad input raises ``ValueError`` whose message starts with
@@ -62,6 +62,17 @@ def overlong_penalty(rewards: Tensor, lengths: Tensor, *, max_length: float = 20
     return _ops.overlong_penalty(rewards, lengths, float(max_length), float(buffer), float(factor))
 
 
+def kl_reward(rewards: Tensor, logp: Tensor, ref_logp: Tensor, *, mask: Optional[Tensor] = None,
+              offsets: Optional[Tensor] = None, beta: float = 0.001, estimator: str = "k3",
+              clamp: bool = True) -> Tensor:
+    """KL in the reward instead of the loss (verl's use_kl_in_reward): a new rewards tensor (dtype
+    and device of ``rewards``) with ``beta * sum_t k(logp_t, ref_logp_t)`` over each response's
+    valid tokens subtracted. ``estimator``: "k1" (d = logp - ref_logp), "abs" (|d|), "k2" (d^2 / 2)
+    or "k3" (exp(-d) + d - 1, with verl's clamps when ``clamp``). Per-token tensors: ``[R, T]``
+    (``mask`` optional) or ``[N]`` packed with ``offsets``; valid tokens must be finite and <= 0."""
+    return _ops.kl_reward(rewards, logp, ref_logp, mask, offsets, float(beta), estimator, bool(clamp))
+
+
 def mask_truncated(tokens: Tensor, eos_token: int, *, mask: Optional[Tensor] = None,
                    offsets: Optional[Tensor] = None) -> Tensor:
     """TRL's truncated-completion masking: a bool mask of ``tokens``' shape that is ``mask`` (all
@@ -92,4 +103,4 @@ def group_by_prompt(prompt_ids: Tensor) -> PromptGrouping:
 
 
 __all__ = ["ESTIMATORS", "GroupFilter", "PromptGrouping", "advantages", "filter_groups", "group_by_prompt",
-           "group_offsets", "mask_truncated", "overlong_penalty"]
+           "group_offsets", "kl_reward", "mask_truncated", "overlong_penalty"]

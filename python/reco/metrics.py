@@ -1,6 +1,6 @@
 """Evaluation metrics (docs/eval.md): pass@k, BLEU and Self-BLEU, Distinct-n, reasoning-path
 uniqueness, token variance by position, mean entropy and |KL|, and the Gaussian KDE of the
-base-model likelihood.
+base-model likelihood; and the rule-based boxed-answer reward.
 
 Token sequences are 1-D int64/int32 tensors or lists of ints, or strings, which are split on
 ASCII whitespace with word ids shared within one prompt's set. ``responses`` is one prompt's
@@ -19,6 +19,35 @@ import torch
 _ops = torch.ops.reco
 Tensor = torch.Tensor
 TokenSequence = Union[Tensor, Sequence[int], str]
+
+# ---- boxed-answer reward ---------------------------------------------------------------------
+
+
+class BoxedAnswer(NamedTuple):
+    """``reward`` 1.0 or 0.0; ``found_box``: the response has a well-formed last box;
+    ``extracted``: its raw content; the two normalised strings; ``numeric_match``: the numeric
+    tier decided (the strings differ)."""
+
+    reward: float
+    found_box: bool
+    extracted: str
+    normalised_answer: str
+    normalised_reference: str
+    numeric_match: bool
+
+
+def boxed_answer_reward(response: str, reference: str, *, relative_tolerance: float = 1e-4) -> BoxedAnswer:
+    """Rule-based reward: the last ``\\boxed{}`` of ``response`` against ``reference`` after the
+    MATH checker's string normalisation, or as numbers within ``relative_tolerance`` (docs/eval.md).
+    A reference that is empty after normalisation is a ValueError naming ``reference``."""
+    return BoxedAnswer(*_ops.boxed_answer_reward(response, reference, float(relative_tolerance)))
+
+
+def boxed_answer_rewards(responses: Sequence[str], references: Sequence[str], *,
+                         relative_tolerance: float = 1e-4) -> Tensor:
+    """``boxed_answer_reward(...).reward`` of each response against its reference (float64 ``[R]``)."""
+    return _ops.boxed_answer_rewards(list(responses), list(references), float(relative_tolerance))
+
 
 # ---- pass@k ----------------------------------------------------------------------------------
 
@@ -292,7 +321,8 @@ def gaussian_kde_evaluate(samples: Tensor, bandwidth: float, points: Tensor) -> 
     return _ops.gaussian_kde_evaluate(samples, float(bandwidth), points)
 
 
-__all__ = ["KDE", "PassAtKCurve", "PositionVariance", "SelfBleuAmongCorrect", "TokenMeanSummary", "distinct_n",
-           "gaussian_kde", "gaussian_kde_evaluate", "mean_abs_kl", "mean_log_likelihood_per_response",
-           "mean_token_entropy", "pass_at_k", "pass_at_k_curve", "path_uniqueness", "self_bleu",
-           "self_bleu_among_correct", "self_bleu_per_response", "sentence_bleu", "token_variance_by_position"]
+__all__ = ["BoxedAnswer", "KDE", "PassAtKCurve", "PositionVariance", "SelfBleuAmongCorrect", "TokenMeanSummary",
+           "boxed_answer_reward", "boxed_answer_rewards", "distinct_n", "gaussian_kde", "gaussian_kde_evaluate",
+           "mean_abs_kl", "mean_log_likelihood_per_response", "mean_token_entropy", "pass_at_k", "pass_at_k_curve",
+           "path_uniqueness", "self_bleu", "self_bleu_among_correct", "self_bleu_per_response", "sentence_bleu",
+           "token_variance_by_position"]

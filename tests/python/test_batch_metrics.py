@@ -334,6 +334,49 @@ class BatchOps(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, f"^reco: {arg}:", msg=arg):
                 call()
 
+    def test_kl_reward(self):
+        def k(a, b, est, clamp):
+            d = a - b
+            if est == "k1":
+                return d
+            if est == "abs":
+                return abs(d)
+            if est == "k2":
+                return d * d / 2
+            e = min(max(-d, -20.0), 20.0) if clamp else -d
+            v = math.exp(e) - e - 1
+            return min(max(v, -10.0), 10.0) if clamp else v
+
+        g = torch.Generator().manual_seed(31)
+        R, T = 5, 6
+        logp = -torch.rand(R, T, dtype=D, generator=g) * 3
+        ref = -torch.rand(R, T, dtype=D, generator=g) * 3
+        logp[0, 0], ref[0, 0] = -30.0, -1.0  # k3's clamps bite here
+        mask = torch.rand(R, T, generator=g) > 0.3
+        logp[~mask] = math.nan  # masked tokens are never read
+        rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, -1.0], dtype=D)
+        for est in ("k1", "abs", "k2", "k3"):
+            for clamp in (True, False):
+                want = [rewards[i].item() - 0.05 * sum(k(logp[i, t].item(), ref[i, t].item(), est, clamp)
+                                                       for t in range(T) if mask[i, t])
+                        for i in range(R)]
+                got = reco.kl_reward(rewards, logp, ref, mask=mask, beta=0.05, estimator=est, clamp=clamp)
+                close(self, got, want, 1e-12)
+                # The same batch packed.
+                offs = torch.cat([torch.zeros(1, dtype=torch.int64), mask.sum(1).cumsum(0)])
+                close(self, reco.kl_reward(rewards, logp[mask], ref[mask], offsets=offs, beta=0.05, estimator=est,
+                                           clamp=clamp), want, 1e-12)
+        lp = logp.nan_to_num(-1.0)
+        for arg, call in (("estimator", lambda: reco.kl_reward(rewards, lp, ref, estimator="k4")),
+                          ("beta", lambda: reco.kl_reward(rewards, lp, ref, beta=-1.0)),
+                          ("logp", lambda: reco.kl_reward(rewards, logp, ref)),  # NaN in a valid token
+                          ("logp", lambda: reco.kl_reward(rewards, -lp, ref)),
+                          ("ref_logp", lambda: reco.kl_reward(rewards, lp, ref[:, :3])),
+                          ("rewards", lambda: reco.kl_reward(rewards[1:], lp, ref)),
+                          ("mask", lambda: reco.kl_reward(rewards, lp, ref, mask=mask[:, 1:]))):
+            with self.assertRaisesRegex(ValueError, f"^reco: {arg}:", msg=arg):
+                call()
+
     def test_mask_truncated(self):
         eos = 2
         tokens = torch.tensor([[5, 2, 0, 0], [5, 6, 7, 8], [2, 9, 9, 9], [4, 4, 2, 1]])
@@ -483,6 +526,36 @@ class Diversity(unittest.TestCase):
                           ("rollouts", lambda: reco.path_uniqueness([["a"], []]))):
             with self.assertRaisesRegex(ValueError, f"^reco: {arg}:", msg=arg):
                 call()
+
+
+class BoxedAnswer(unittest.TestCase):
+    def test_documented_cases(self):
+        # (response, reference, reward, numeric tier decided), from the rules of docs/eval.md.
+        cases = [(r"so the answer is \boxed{\frac12}.", r"\frac{1}{2}", 1.0, False),
+                 (r"\boxed{0.5}", r"\frac{1}{2}", 1.0, True),
+                 (r"\boxed{27.0}", "27", 1.0, True),
+                 (r"\boxed{1,000}", "1000", 1.0, True),
+                 (r"\boxed{x = 5}", "5", 1.0, False),
+                 (r"\boxed{10\text{ cm}^2}", "10", 1.0, False),
+                 (r"\boxed{3} then \boxed{4}", "3", 0.0, False),  # the last box counts
+                 (r"\boxed{x^2-1}", "(x-1)(x+1)", 0.0, False),      # not a symbolic checker
+                 ("no box here: 5", "5", 0.0, False)]
+        for response, reference, reward, numeric in cases:
+            r = reco.boxed_answer_reward(response, reference)
+            self.assertEqual((r.reward, r.numeric_match), (reward, numeric), response)
+        self.assertFalse(reco.boxed_answer_reward("5", "5").found_box)
+        self.assertEqual(reco.boxed_answer_reward(r"\boxed{\frac12}", "2").extracted, r"\frac12")
+        self.assertEqual(reco.boxed_answer_reward(r"\boxed{27.00001}", "27", relative_tolerance=0.0).reward, 0.0)
+        got = reco.boxed_answer_rewards([c[0] for c in cases], [c[1] for c in cases])
+        self.assertEqual(got.tolist(), [c[2] for c in cases])
+        with self.assertRaisesRegex(ValueError, "^reco: reference:"):
+            reco.boxed_answer_reward(r"\boxed{1}", "$ $")
+        with self.assertRaisesRegex(ValueError, "^reco: references:"):
+            reco.boxed_answer_rewards([r"\boxed{1}"], [])
+        with self.assertRaisesRegex(ValueError, "^reco: references: entry 1"):
+            reco.boxed_answer_rewards([r"\boxed{1}", "2"], ["1", ""])
+        with self.assertRaisesRegex(ValueError, "^reco: relative_tolerance:"):
+            reco.boxed_answer_reward("1", "1", relative_tolerance=math.nan)
 
 
 class TokenSummaries(unittest.TestCase):

@@ -1,6 +1,6 @@
-// torch.ops.reco.*: the batch operations (advantages, group filter, overlong shaping, truncation
-// mask, prompt groups) and the evaluation metrics (reco/eval) as registered operators, for the
-// Python package (python/reco/batch.py, python/reco/metrics.py).
+// torch.ops.reco.*: the batch operations (advantages, group filter, overlong shaping, KL in the
+// reward, truncation mask, prompt groups), the evaluation metrics and the boxed-answer reward
+// (reco/eval) as registered operators, for the Python package (python/reco/batch.py, python/reco/metrics.py).
 //
 // Kept apart from ops.cpp: nothing here runs an objective, so no preset's passes are instantiated
 // (advantages by preset name only constructs the preset to read its estimator). Everything runs
@@ -27,11 +27,13 @@
 #include "reco/advantage/rloo.hpp"
 #include "reco/backend/cpu.hpp"
 #include "reco/batch_ops/filter_groups.hpp"
+#include "reco/batch_ops/kl_reward.hpp"
 #include "reco/batch_ops/overlong_penalty.hpp"
 #include "reco/batch_ops/prompt_groups.hpp"
 #include "reco/batch_ops/truncation_mask.hpp"
 #include "reco/detail/moments.hpp"
 #include "reco/eval/bleu.hpp"
+#include "reco/eval/boxed_answer.hpp"
 #include "reco/eval/distinct_n.hpp"
 #include "reco/eval/kde.hpp"
 #include "reco/eval/pass_at_k.hpp"
@@ -306,6 +308,36 @@ at::Tensor overlong_penalty_op(const at::Tensor& rewards_in, const at::Tensor& l
   return out.to(rewards_in.device(), rewards_in.scalar_type());
 }
 
+// Per-token tensors of one layout: [R, T] (mask optional, same shape) or [N] packed with offsets.
+struct token_tensors {
+  reco::token_layout layout;
+  at::Tensor offsets, mask;  // host int64 / uint8 (mask undefined: every token valid)
+};
+token_tensors layout_of(const at::Tensor& values, const char* name, const c10::optional<at::Tensor>& mask_in,
+                        const c10::optional<at::Tensor>& offsets_in) {
+  token_tensors t;
+  require(values.defined(), name, "is required");
+  if (offsets_in.has_value() && offsets_in->defined()) {
+    require_dim(values, name, 1);
+    t.offsets = host_indices(*offsets_in, "offsets");
+    check_offsets(span_of<int64_t>(t.offsets), values.numel(), "offsets", "tokens");
+    t.layout = reco::packed(span_of<int64_t>(t.offsets));
+  } else {
+    require_dim(values, name, 2);
+    t.layout = reco::padded(values.size(0), values.size(1));
+  }
+  t.layout.tokens = values.numel();
+  if (mask_in.has_value() && mask_in->defined()) {
+    if (mask_in->scalar_type() != at::kBool && mask_in->scalar_type() != at::kByte)
+      fail("mask", "must be a bool or uint8 tensor, got " + dtype_name(*mask_in));
+    if (mask_in->sizes() != values.sizes())
+      fail("mask", "shape " + std::string(c10::str(mask_in->sizes())) + " does not match " + name + " " +
+                       std::string(c10::str(values.sizes())));
+    t.mask = mask_in->to(at::kCPU, at::kByte).contiguous();
+  }
+  return t;
+}
+
 // tokens [R, T] (mask: same shape, optional) or [N] packed with offsets [R + 1].
 at::Tensor mask_truncated_op(const at::Tensor& tokens_in, int64_t eos_token, const c10::optional<at::Tensor>& mask_in,
                              const c10::optional<at::Tensor>& offsets_in) {
@@ -313,33 +345,57 @@ at::Tensor mask_truncated_op(const at::Tensor& tokens_in, int64_t eos_token, con
   if (tokens_in.scalar_type() != at::kLong && tokens_in.scalar_type() != at::kInt)
     fail("tokens", "must be an int64 or int32 tensor, got " + dtype_name(tokens_in));
   const at::Tensor tokens = tokens_in.to(at::kCPU, at::kLong).contiguous();
-  const bool packed = offsets_in.has_value() && offsets_in->defined();
-  at::Tensor offsets;
-  reco::token_layout layout;
-  if (packed) {
-    require_dim(tokens, "tokens", 1);
-    offsets = host_indices(*offsets_in, "offsets");
-    check_offsets(span_of<int64_t>(offsets), tokens.numel(), "offsets", "tokens");
-    layout = reco::packed(span_of<int64_t>(offsets));
-  } else {
-    require_dim(tokens, "tokens", 2);
-    layout = reco::padded(tokens.size(0), tokens.size(1));
-  }
-  layout.tokens = tokens.numel();
-  at::Tensor mask;
-  if (mask_in.has_value() && mask_in->defined()) {
-    if (mask_in->scalar_type() != at::kBool && mask_in->scalar_type() != at::kByte)
-      fail("mask", "must be a bool or uint8 tensor, got " + dtype_name(*mask_in));
-    if (mask_in->sizes() != tokens_in.sizes())
-      fail("mask", "shape " + std::string(c10::str(mask_in->sizes())) + " does not match tokens " +
-                       std::string(c10::str(tokens_in.sizes())));
-    mask = mask_in->to(at::kCPU, at::kByte).contiguous();
-  }
+  const token_tensors t = layout_of(tokens_in, "tokens", mask_in, offsets_in);
+  const reco::token_layout& layout = t.layout;
+  const at::Tensor& mask = t.mask;
   at::Tensor out = at::zeros(tokens.sizes(), at::TensorOptions().dtype(at::kByte));
   reco::mask_truncated(reco::cpu{}, layout, span_of<int64_t>(tokens),
                        mask.defined() ? span_of<std::uint8_t>(mask) : reco::span<const std::uint8_t>(),
                        static_cast<int64_t>(eos_token), reco::span<std::uint8_t>(out.data_ptr<std::uint8_t>(), out.numel()));
   return out.to(tokens_in.device(), at::kBool);
+}
+
+// KL in the reward: s_i - beta * sum over valid tokens of k(logp, ref_logp).
+at::Tensor kl_reward_op(const at::Tensor& rewards_in, const at::Tensor& logp_in, const at::Tensor& ref_in,
+                        const c10::optional<at::Tensor>& mask_in, const c10::optional<at::Tensor>& offsets_in,
+                        double beta, const std::string& estimator, bool clamp) {
+  const at::Tensor rewards = host_doubles(rewards_in, "rewards");
+  require_finite(span_of<double>(rewards), "rewards");
+  const token_tensors t = layout_of(logp_in, "logp", mask_in, offsets_in);
+  require(t.layout.responses == rewards.numel(), "rewards",
+          "has " + std::to_string(rewards.numel()) + " entries, expected one per response (" +
+              std::to_string(t.layout.responses) + ")");
+  require(ref_in.defined() && ref_in.sizes() == logp_in.sizes(), "ref_logp", "must have the shape of logp");
+  if (!c10::isFloatingType(logp_in.scalar_type())) fail("logp", "must be a floating tensor, got " + dtype_name(logp_in));
+  if (!c10::isFloatingType(ref_in.scalar_type())) fail("ref_logp", "must be a floating tensor, got " + dtype_name(ref_in));
+  const at::Tensor logp = logp_in.to(at::kCPU, at::kDouble).contiguous().view(-1);
+  const at::Tensor ref = ref_in.to(at::kCPU, at::kDouble).contiguous().view(-1);
+  const std::uint8_t* mask = t.mask.defined() ? t.mask.data_ptr<std::uint8_t>() : nullptr;
+  for (index_t i = 0; i < t.layout.responses; ++i)
+    for (index_t k = t.layout.begin(i); k < t.layout.end(i); ++k) {
+      if (mask && mask[k] == 0) continue;
+      const double a = logp.data_ptr<double>()[k], b = ref.data_ptr<double>()[k];
+      if (!(std::isfinite(a) && a <= 0)) fail("logp", "a valid token is NaN, infinite or positive");
+      if (!(std::isfinite(b) && b <= 0)) fail("ref_logp", "a valid token is NaN, infinite or positive");
+    }
+  reco::kl_penalty kl;
+  require(std::isfinite(beta) && beta >= 0, "beta", "must be finite and >= 0");
+  kl.params.beta = beta;
+  kl.params.clamp = clamp;
+  const auto labels = labels_of(reco::kl_estimator{});
+  int which = -1;
+  for (int k = 0; k < labels.size; ++k)
+    if (estimator == labels.names[k]) which = k;
+  if (which < 0) fail("estimator", "unknown KL estimator '" + estimator + "' (k1, abs, k2 or k3)");
+  kl.params.estimator = static_cast<reco::kl_estimator>(which);
+  reco::batch_view<double> b;
+  b.layout = t.layout;
+  b.logp = span_of<double>(logp);
+  b.ref_logp = span_of<double>(ref);
+  if (mask) b.mask = reco::span<const std::uint8_t>(mask, t.mask.numel());
+  at::Tensor out = rewards.clone();
+  reco::subtract_kl_from_rewards(reco::cpu{}, b, kl, reco::span<double>(out.data_ptr<double>(), out.numel()));
+  return out.to(rewards_in.device(), rewards_in.scalar_type());
 }
 
 at::Tensor group_offsets_op(const at::Tensor& prompt_ids) {
@@ -354,6 +410,36 @@ std::tuple<at::Tensor, at::Tensor> group_by_prompt_op(const at::Tensor& prompt_i
 }
 
 // ---- metrics ---------------------------------------------------------------------------------
+
+// One response against its reference (reco/eval/boxed_answer.hpp): (reward, found_box, extracted,
+// normalised answer, normalised reference, numeric_match).
+std::tuple<double, bool, std::string, std::string, std::string, bool> boxed_answer_reward_op(
+    const std::string& response, const std::string& reference, double relative_tolerance) {
+  require(std::isfinite(relative_tolerance) && relative_tolerance >= 0, "relative_tolerance",
+          "must be finite and >= 0");
+  reco::eval::boxed_answer_params p;
+  p.relative_tolerance = relative_tolerance;
+  const auto r = python_names([&] { return reco::eval::boxed_answer_reward(response, reference, p); });
+  return {r.reward, r.found_box, r.extracted, r.normalised_answer, r.normalised_reference, r.numeric_match};
+}
+
+// Rewards of many responses, float64 [R].
+at::Tensor boxed_answer_rewards_op(const std::vector<std::string>& responses, const std::vector<std::string>& references,
+                                   double relative_tolerance) {
+  require(references.size() == responses.size(), "references",
+          "has " + std::to_string(references.size()) + " entries for " + std::to_string(responses.size()) +
+              " responses");
+  std::vector<double> out(responses.size());
+  for (std::size_t i = 0; i < responses.size(); ++i) {
+    try {
+      out[i] = std::get<0>(boxed_answer_reward_op(responses[i], references[i], relative_tolerance));
+    } catch (const reco::error& e) {
+      if (e.argument() != "reference") throw;
+      fail("references", "entry " + std::to_string(i) + ": " + std::string(e.what()));
+    }
+  }
+  return to_tensor(out, at::kCPU);
+}
 
 double pass_at_k_op(int64_t n, int64_t c, int64_t k) { return reco::eval::pass_at_k(n, c, k); }
 
@@ -542,9 +628,17 @@ TORCH_LIBRARY_FRAGMENT(reco, m) {
         &overlong_penalty_op);
   m.def("mask_truncated(Tensor tokens, int eos_token, Tensor? mask=None, Tensor? offsets=None) -> Tensor",
         &mask_truncated_op);
+  m.def("kl_reward(Tensor rewards, Tensor logp, Tensor ref_logp, Tensor? mask=None, Tensor? offsets=None, "
+        "float beta=0.001, str estimator=\"k3\", bool clamp=True) -> Tensor",
+        &kl_reward_op);
   m.def("group_offsets(Tensor prompt_ids) -> Tensor", &group_offsets_op);
   m.def("group_by_prompt(Tensor prompt_ids) -> (Tensor, Tensor)", &group_by_prompt_op);
 
+  m.def("boxed_answer_reward(str response, str reference, float relative_tolerance=0.0001) "
+        "-> (float, bool, str, str, str, bool)",
+        &boxed_answer_reward_op);
+  m.def("boxed_answer_rewards(str[] responses, str[] references, float relative_tolerance=0.0001) -> Tensor",
+        &boxed_answer_rewards_op);
   m.def("pass_at_k(int n, int c, int k) -> float", &pass_at_k_op);
   m.def("pass_at_k_curve(Tensor ns, Tensor cs, int[] ks) -> (Tensor, Tensor)", &pass_at_k_curve_op);
   m.def("tokenise_whitespace(str[] texts) -> Tensor[]", &tokenise_whitespace_op);
