@@ -97,6 +97,7 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   root=$PWD
   ops=$(cd "$build" && "$venv/bin/python" -c "import reco; print(reco.library_path())")
   (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
+     "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi

@@ -13,6 +13,15 @@ P + 1 int64 offsets of the prompt groups (or give ``prompt_ids``, one per respon
 Every input a preset does not read is an error naming it. ``presets()`` lists the preset names
 and ``override_keys(preset)`` the parameters ``overrides`` may set. The docs of the repository
 (docs/torch.md, docs/presets.md, docs/distributed.md) give the definitions.
+
+Batch operations (``reco.batch``, also at the top level): ``advantages`` (a preset's or an
+estimator's per-response advantages), ``filter_groups``, ``overlong_penalty``, ``mask_truncated``,
+``group_offsets``, ``group_by_prompt``. Evaluation metrics (``reco.metrics``, also at the top
+level): ``pass_at_k``, ``pass_at_k_curve``, ``sentence_bleu``, ``self_bleu``,
+``self_bleu_per_response``, ``self_bleu_among_correct``, ``distinct_n``, ``path_uniqueness``,
+``token_variance_by_position``, ``mean_token_entropy``, ``mean_abs_kl``,
+``mean_log_likelihood_per_response``, ``gaussian_kde``, ``gaussian_kde_evaluate``
+(docs/batch_ops.md, docs/eval.md).
 """
 from __future__ import annotations
 
@@ -125,5 +134,11 @@ def _tensor_inputs(inputs: Dict[str, Optional[Tensor]]) -> List[Optional[Tensor]
     return [inputs.get(k) for k in _TENSOR_INPUTS]
 
 
-__all__ = ["PolicyLoss", "library_path", "override_keys", "plan_summary", "planned_policy_loss", "policy_loss",
-           "presets", "stat_names", "token_logp_entropy", "__version__"]
+# After the op library is loaded: the submodules bind torch.ops.reco.
+from . import batch, metrics  # noqa: E402
+from .batch import *  # noqa: E402,F401,F403
+from .metrics import *  # noqa: E402,F401,F403
+
+__all__ = batch.__all__ + metrics.__all__ + [
+    "PolicyLoss", "batch", "library_path", "metrics", "override_keys", "plan_summary", "planned_policy_loss",
+    "policy_loss", "presets", "stat_names", "token_logp_entropy", "__version__"]
