@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "reco/config.hpp"
 #include "reco/detail/math.hpp"
@@ -24,6 +25,22 @@ struct entropy_term {};
 // Where a ratio form lives: token ratios are computed per token; sequence ratios need one
 // per-response reduction over the response's tokens first.
 enum class ratio_scope : std::uint8_t { token, sequence };
+
+namespace detail {
+// A sequence-scope ratio form's per-response value: the mean of its sequence_term over the
+// response's valid tokens, or their sum where the form declares `static constexpr bool
+// sequence_sum = true` (VESPO's weight is a product of token ratios, not a geometric mean).
+template <class R, class = void>
+struct sequence_sums : std::false_type {};
+template <class R>
+struct sequence_sums<R, std::void_t<decltype(R::sequence_sum)>> : std::bool_constant<R::sequence_sum> {};
+
+template <class R>
+RECO_HOST_DEVICE inline double sequence_value(double sum, index_t n) {
+  if (n <= 0) return 0.0;
+  return sequence_sums<R>::value ? sum : sum / static_cast<double>(n);
+}
+}  // namespace detail
 
 // What a group-scope advantage estimator sees: the rewards and valid-token counts of the G
 // responses of one prompt (contiguous in the batch).

@@ -99,7 +99,7 @@ class objective {
   using entropy_type = typename detail::pick_option<detail::is_entropy_t, no_entropy_bonus, Options...>::type;
 
   static_assert(!Ratio::self_clipped || std::is_same_v<Clip, no_clip>,
-                "reco::objective: reinforce_ratio, cispo_ratio and sapo_ratio carry their own clipping "
+                "reco::objective: reinforce_ratio, cispo_ratio, sapo_ratio and vespo_ratio carry their own clipping "
                 "(or none); compose them with reco::no_clip");
 
   // What a call needs from the batch (the objective checks these and names what is missing).

@@ -7,9 +7,12 @@
 // loss: apply reco::filter_groups and reco::overlong_penalty (batch_ops/) before the call.
 #pragma once
 
+#include <type_traits>
+
 #include "reco/advantage/dr_grpo.hpp"
 #include "reco/advantage/grpo.hpp"
 #include "reco/aggregate/seq_mean_token_mean.hpp"
+#include "reco/aggregate/seq_mean_token_sum_all.hpp"
 #include "reco/aggregate/seq_mean_token_sum_norm.hpp"
 #include "reco/aggregate/token_mean.hpp"
 #include "reco/clip/no_clip.hpp"
@@ -22,6 +25,7 @@
 #include "reco/ratio/sequence.hpp"
 #include "reco/ratio/token.hpp"
 #include "reco/ratio/variance.hpp"
+#include "reco/ratio/vespo.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/weight/expected_count.hpp"
 #include "reco/weight/uniform.hpp"
@@ -59,6 +63,17 @@ void top_20_percent(Obj& o) {
   o.select.params.rho = 0.2;
   o.select.params.rule = selection_rule::top_k;
   o.select.params.denominator = selection_denominator::valid;
+}
+// TRL's GRPOConfig defaults: advantages over std + 1e-4, no log-ratio clamp, epsilon 0.2 on
+// both sides where a clip is used, beta 0 (no KL term).
+template <class Obj>
+void trl_defaults(Obj& o) {
+  o.advantage.params.eps = 1e-4;
+  if constexpr (std::is_same_v<typename Obj::ratio_type, token_ratio>) o.ratio.params.log_ratio_clamp = 0.0;
+  if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
+    o.clip.params.eps_low = 0.2;
+    o.clip.params.eps_high = 0.2;
+  }
 }
 }  // namespace detail
 
@@ -143,6 +158,24 @@ struct rule_80_20_reco : objective<grpo_advantage, variance_ratio, ppo_clip, exp
     weight.params.cap = 10.0;
     detail::top_20_percent(*this);
   }
+};
+
+// TRL's loss types that reco's other presets do not spell (docs/peers.md).
+// loss_type "bnpo": token_mean over the call's own tokens.
+struct trl_bnpo : objective<grpo_advantage, token_ratio, ppo_clip, uniform_weight, token_mean> {
+  trl_bnpo() { detail::trl_defaults(*this); }
+};
+
+// loss_type "luspo" with importance_sampling_level "sequence": each response's token sum over
+// all responses of the call.
+struct trl_luspo : objective<grpo_advantage, sequence_ratio, ppo_clip, uniform_weight, seq_mean_token_sum_all> {
+  trl_luspo() { detail::trl_defaults(*this); }
+};
+
+// loss_type "vespo": the gamma-weighted REINFORCE surrogate, aggregated like "dapo" (pass the
+// global token count in reco::normalisers for TRL's num_items_in_batch).
+struct trl_vespo : objective<grpo_advantage, vespo_ratio, no_clip, uniform_weight, token_mean> {
+  trl_vespo() { detail::trl_defaults(*this); }
 };
 
 }  // namespace presets

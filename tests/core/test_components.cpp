@@ -349,6 +349,145 @@ TEST(Components, KlAndEntropy) {
   }
 }
 
+// The peers' switches and loss types (docs/peers.md).
+
+// TRL's delta: the unclipped ratio capped at delta for both advantage signs; above and below
+// 1 + eps_high, with the hard dual clip, with clip-higher and token_mean.
+TEST(Components, PeerDelta) {
+  using obj_t = objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                          reco::seq_mean_token_mean>;
+  std::uint64_t seed = 300;
+  for (double delta : {1.3, 1.1, 0.9}) {
+    obj_t o;
+    o.clip.params.delta = delta;
+    auto cc = base_config();
+    cc.delta = delta;
+    check(o, cc, "delta " + std::to_string(delta), seed++);
+  }
+  {
+    obj_t o;
+    o.clip.params.delta = 1.5;
+    o.clip.params.dual_clip = reco::dual_clip_mode::hard;
+    o.clip.params.dual_clip_c = 1.3;
+    auto cc = base_config();
+    cc.delta = 1.5;
+    cc.dual_mode = reco_ref::dual::hard;
+    cc.dual_c = 1.3;
+    check(o, cc, "delta + hard dual", seed++);
+  }
+  {
+    objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+              reco::kl_penalty>
+        o;
+    o.clip.params.eps_high = 0.28;
+    o.clip.params.delta = 1.4;
+    o.ratio.params.log_ratio_clamp = 0;  // TRL has no clamp
+    auto cc = base_config();
+    cc.eps_high = 0.28;
+    cc.delta = 1.4;
+    cc.log_ratio_clamp = 0;
+    cc.agg = reco_ref::aggregation::token_mean;
+    cc.kl_mode = reco_ref::kl::k3;
+    check(o, cc, "delta clip-higher token_mean", seed++);
+  }
+  // With delta >= 1 + eps_high, the delta cap is verl's hard dual clip at c = delta.
+  // Below 1 + eps_high it also caps A > 0 tokens, so the loss moves away from plain PPO's.
+  obj_t a, b, low, plain;
+  a.clip.params.delta = 1.25;
+  b.clip.params.dual_clip = reco::dual_clip_mode::hard;
+  b.clip.params.dual_clip_c = 1.25;
+  low.clip.params.delta = 1.05;
+  const auto specs = standard_specs();
+  double fired = 0, moved = 0;
+  for (std::size_t k = 0; k < 8; ++k) {
+    const master_batch m = make_batch(320 + k, specs[k]);
+    const library_output la = run_library<double>(a, m), lb = run_library<double>(b, m);
+    EXPECT_EQ(la.result.loss, lb.result.loss) << k;
+    EXPECT_EQ(la.result.stats.dual_clip_frac, lb.result.stats.dual_clip_frac) << k;
+    EXPECT_EQ(la.grad_logp, lb.grad_logp) << k;
+    fired += la.result.stats.dual_clip_frac;
+    moved += std::fabs(run_library<double>(low, m).result.loss - run_library<double>(plain, m).result.loss);
+  }
+  EXPECT_GT(fired, 0.0) << "the cap never fired";
+  EXPECT_GT(moved, 0.0) << "delta below 1 + eps_high never changed the loss";
+}
+
+// VESPO (TRL): the detached gamma weight of the response's product of token ratios.
+TEST(Components, PeerVespo) {
+  auto c = base_config();
+  c.ratio_form = reco_ref::ratio::vespo;
+  c.clip_mode = reco_ref::clip::none;
+  c.agg = reco_ref::aggregation::token_mean;
+  check(objective<reco::grpo_advantage, reco::vespo_ratio, reco::no_clip, reco::uniform_weight, reco::token_mean>{},
+        c, "vespo", 330);
+  {
+    objective<reco::grpo_advantage, reco::vespo_ratio, reco::no_clip, reco::uniform_weight, reco::seq_mean_token_mean,
+              reco::kl_penalty>
+        o;
+    o.ratio.params = {0.5, 1.5, 4.0, 0.25};
+    auto cc = c;
+    cc.agg = reco_ref::aggregation::seq_mean_token_mean;
+    cc.kl_mode = reco_ref::kl::k3;
+    cc.vespo_k_pos = 0.5;
+    cc.vespo_lambda_pos = 1.5;
+    cc.vespo_k_neg = 4.0;
+    cc.vespo_lambda_neg = 0.25;
+    check(o, cc, "vespo params + kl", 331);
+  }
+}
+
+// LUSPO (TRL): token sums averaged over every response, with the token and the sequence ratio.
+TEST(Components, PeerLuspo) {
+  auto c = base_config();
+  c.kl_mode = reco_ref::kl::k3;
+  c.agg = reco_ref::aggregation::seq_mean_token_sum_all;
+  check(objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                  reco::seq_mean_token_sum_all, reco::kl_penalty>{},
+        c, "seq_mean_token_sum_all", 340);
+  {
+    objective<reco::grpo_advantage, reco::sequence_ratio, reco::ppo_clip, reco::uniform_weight,
+              reco::seq_mean_token_sum_all>
+        o;
+    o.clip.params.eps_low = 3e-4;
+    o.clip.params.eps_high = 4e-4;
+    auto cc = base_config();
+    cc.ratio_form = reco_ref::ratio::sequence;
+    cc.eps_low = 3e-4;
+    cc.eps_high = 4e-4;
+    cc.agg = reco_ref::aggregation::seq_mean_token_sum_all;
+    check(o, cc, "luspo sequence", 341);
+  }
+}
+
+// TRL's use_bias_correction_kl: the KL estimate times the (not detached) token ratio.
+TEST(Components, PeerImportanceWeightedKl) {
+  using obj_t = objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                          reco::seq_mean_token_mean, reco::kl_penalty>;
+  std::uint64_t seed = 350;
+  const std::pair<reco::kl_estimator, reco_ref::kl> kinds[] = {{reco::kl_estimator::k1, reco_ref::kl::k1},
+                                                               {reco::kl_estimator::k2, reco_ref::kl::k2},
+                                                               {reco::kl_estimator::k3, reco_ref::kl::k3}};
+  for (auto [lib_kind, ref_kind] : kinds) {
+    for (bool clamp : {true, false}) {
+      for (bool st : {false, true}) {
+        obj_t o;
+        o.kl.params.estimator = lib_kind;
+        o.kl.params.clamp = clamp;
+        o.kl.params.straight_through = st;
+        o.kl.params.importance_weighted = true;
+        o.kl.params.beta = 0.1;
+        auto cc = base_config();
+        cc.kl_mode = ref_kind;
+        cc.kl_clamp = clamp;
+        cc.kl_straight_through = st;
+        cc.kl_importance_weighted = true;
+        cc.kl_beta = 0.1;
+        check(o, cc, "importance-weighted kl", seed++);
+      }
+    }
+  }
+}
+
 TEST(Components, TokenWeights) {
   // Rollout importance weights multiply the policy term.
   reco::presets::reco o;

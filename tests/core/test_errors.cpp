@@ -271,6 +271,22 @@ TEST(Errors, Parameters) {
     o.clip.params.percentile = 1.2;
     EXPECT_EQ(named(o), "clip.params.percentile");
   }
+  // The peers' switches and loss types (docs/peers.md).
+  {
+    reco::presets::grpo o;
+    o.clip.params.delta = -1;
+    EXPECT_EQ(named(o), "clip.params.delta");
+    o.clip.params.delta = nan_v;
+    EXPECT_EQ(named(o), "clip.params.delta");
+  }
+  {
+    reco::objective<reco::grpo_advantage, reco::vespo_ratio, reco::no_clip, reco::uniform_weight, reco::token_mean> o;
+    o.ratio.params.k_pos = -0.5;
+    EXPECT_EQ(named(o), "ratio.params.k_pos");
+    o.ratio.params.k_pos = 2;
+    o.ratio.params.lambda_neg = nan_v;
+    EXPECT_EQ(named(o), "ratio.params.lambda_neg");
+  }
 }
 
 TEST(Errors, BatchHelpers) {

@@ -30,6 +30,9 @@ TEST(Presets, RecoTokenOnly) { check_preset<reco::presets::reco_token_only>("rec
 TEST(Presets, DapoReco) { check_preset<reco::presets::dapo_reco>("dapo_reco", 11); }
 TEST(Presets, Rule8020) { check_preset<reco::presets::rule_80_20>("rule_80_20", 12); }
 TEST(Presets, Rule8020Reco) { check_preset<reco::presets::rule_80_20_reco>("rule_80_20_reco", 13); }
+TEST(Presets, TrlBnpo) { check_preset<reco::presets::trl_bnpo>("trl_bnpo", 14); }
+TEST(Presets, TrlLuspo) { check_preset<reco::presets::trl_luspo>("trl_luspo", 15); }
+TEST(Presets, TrlVespo) { check_preset<reco::presets::trl_vespo>("trl_vespo", 16); }
 
 // The preset constants themselves (docs/presets.md lists them with their sources).
 TEST(Presets, Constants) {
@@ -56,6 +59,23 @@ TEST(Presets, Constants) {
   EXPECT_EQ(rule.select.params.rho, 0.2);
   EXPECT_EQ(rule.select.params.rule, reco::selection_rule::top_k);
   EXPECT_EQ(rule.select.params.denominator, reco::selection_denominator::valid);
+  reco::presets::trl_bnpo bnpo;
+  EXPECT_EQ(bnpo.advantage.params.eps, 1e-4);
+  EXPECT_EQ(bnpo.ratio.params.log_ratio_clamp, 0.0);
+  EXPECT_EQ(bnpo.clip.params.eps_low, 0.2);
+  EXPECT_EQ(bnpo.clip.params.eps_high, 0.2);
+  EXPECT_EQ(bnpo.clip.params.dual_clip, reco::dual_clip_mode::off);
+  EXPECT_EQ(bnpo.clip.params.delta, 0.0);
+  reco::presets::trl_luspo luspo;
+  EXPECT_EQ(luspo.advantage.params.eps, 1e-4);
+  EXPECT_EQ(luspo.clip.params.eps_low, 0.2);
+  EXPECT_EQ(luspo.clip.params.dual_clip, reco::dual_clip_mode::off);
+  reco::presets::trl_vespo vespo;
+  EXPECT_EQ(vespo.advantage.params.eps, 1e-4);
+  EXPECT_EQ(vespo.ratio.params.k_pos, 2.0);
+  EXPECT_EQ(vespo.ratio.params.lambda_pos, 3.0);
+  EXPECT_EQ(vespo.ratio.params.k_neg, 3.0);
+  EXPECT_EQ(vespo.ratio.params.lambda_neg, 2.0);
 }
 
 }  // namespace

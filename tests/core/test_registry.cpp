@@ -45,10 +45,11 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 const std::vector<std::string> expected_names = {
     "grpo", "dr_grpo",         "dapo",      "gspo",       "cispo",           "aspo",           "reco",
-    "reco_no_cap", "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco"};
+    "reco_no_cap", "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco",
+    "trl_bnpo", "trl_luspo", "trl_vespo"};
 
 TEST(Registry, NamesRoundTrip) {
-  ASSERT_EQ(rg::preset_count, 13);
+  ASSERT_EQ(rg::preset_count, 16);
   EXPECT_EQ(rg::preset_names(), expected_names);
   for (int k = 0; k < rg::preset_count; ++k) {
     EXPECT_EQ(std::string(rg::preset_name(k)), expected_names[k]);
@@ -308,6 +309,29 @@ TEST(Registry, BadValuesAndKeysAreNamed) {
   // The objective's own range checks run after the overrides.
   const reco::error range = arg("grpo", "clip.dual_clip_c", 0.5);
   EXPECT_EQ(range.argument(), "clip.params.dual_clip_c");
+  // The peers' switches (docs/peers.md) are checked the same way.
+  EXPECT_EQ(arg("grpo", "clip.delta", -1).argument(), "clip.params.delta");
+  EXPECT_EQ(arg("grpo", "kl.importance_weighted", 2).argument(), "overrides.kl.importance_weighted");
+  EXPECT_EQ(arg("trl_vespo", "ratio.k_neg", -3).argument(), "ratio.params.k_neg");
+  EXPECT_EQ(arg("trl_vespo", "clip.eps_low", 0.1).argument(), "overrides.clip.eps_low");
+}
+
+TEST(Registry, PeerSwitchesAndTrlPresetsHaveKeys) {
+  reco::presets::grpo g;
+  rg::apply_overrides(g, rg::override_list{{"clip.delta", 1.5}, {"kl.importance_weighted", 1}});
+  EXPECT_EQ(g.clip.params.delta, 1.5);
+  EXPECT_TRUE(g.kl.params.importance_weighted);
+  const std::vector<std::string> vespo_keys = {"advantage.eps",    "advantage.scale_by_std", "advantage.singleton",
+                                               "ratio.k_pos",      "ratio.lambda_pos",       "ratio.k_neg",
+                                               "ratio.lambda_neg"};
+  EXPECT_EQ(rg::preset_override_keys("trl_vespo"), vespo_keys);
+  reco::presets::trl_vespo v;
+  rg::set_override(v, "ratio.lambda_neg", 0.5);
+  EXPECT_EQ(v.ratio.params.lambda_neg, 0.5);
+  const auto luspo_keys = rg::preset_override_keys("trl_luspo");
+  EXPECT_NE(std::find(luspo_keys.begin(), luspo_keys.end(), "ratio.max_log_ratio"), luspo_keys.end());
+  EXPECT_NE(std::find(luspo_keys.begin(), luspo_keys.end(), "clip.delta"), luspo_keys.end());
+  static_assert(rg::has_fields_v<reco::vespo_ratio> && !rg::has_fields_v<reco::seq_mean_token_sum_all>);
 }
 
 }  // namespace

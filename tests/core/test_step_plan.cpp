@@ -243,6 +243,16 @@ TEST(StepPlan, PresetsRecoTokenOnly) { check_both(reco::presets::reco_token_only
 TEST(StepPlan, PresetsDapoReco) { check_both(reco::presets::dapo_reco{}, "dapo_reco", 21); }
 TEST(StepPlan, PresetsRule8020) { check_both(reco::presets::rule_80_20{}, "rule_80_20", 22); }
 TEST(StepPlan, PresetsRule8020Reco) { check_both(reco::presets::rule_80_20_reco{}, "rule_80_20_reco", 23); }
+TEST(StepPlan, PresetsTrlBnpo) { check_both(reco::presets::trl_bnpo{}, "trl_bnpo", 24); }
+TEST(StepPlan, PresetsTrlLuspo) { check_both(reco::presets::trl_luspo{}, "trl_luspo", 25); }
+TEST(StepPlan, PresetsTrlVespo) { check_both(reco::presets::trl_vespo{}, "trl_vespo", 26); }
+// TRL's delta cap and importance-weighted KL (docs/peers.md).
+TEST(StepPlan, PeerSwitches) {
+  reco::presets::grpo o;
+  o.clip.params.delta = 1.3;
+  o.kl.params.importance_weighted = true;
+  check_both(o, "grpo delta + importance-weighted kl", 27);
+}
 
 // Components whose statistics span the step: batch whitening, batch and group weight
 // normalisation, batch reward std, GPG's nonzero count, pass@k, OPO, the quantile rule, the kept

@@ -156,6 +156,9 @@ TEST(CudaParity, Presets) {
   check_preset<reco::presets::dapo_reco>("dapo_reco");
   check_preset<reco::presets::rule_80_20>("rule_80_20");
   check_preset<reco::presets::rule_80_20_reco>("rule_80_20_reco");
+  check_preset<reco::presets::trl_bnpo>("trl_bnpo");
+  check_preset<reco::presets::trl_luspo>("trl_luspo");
+  check_preset<reco::presets::trl_vespo>("trl_vespo");
 }
 
 TEST(CudaParity, DevicePathsOfComponents) {

@@ -101,7 +101,7 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
             double sum = 0;
             for (index_t t = b.layout.begin(j); t < b.layout.end(j); ++t)
               sum += fused::sequence_token(obj, b, sc.r.adv[j], t);
-            fused::finish_sequence(sc.r, j, sum);
+            fused::finish_sequence<Obj>(sc.r, j, sum);
           }
       }
       for (index_t j = lo; j < hi; ++j) {
@@ -134,7 +134,7 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
           double sum = 0;
           for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t)
             sum += fused::sequence_token(obj, b, sc.r.adv[i], t);
-          fused::finish_sequence(sc.r, i, sum);
+          fused::finish_sequence<Obj>(sc.r, i, sum);
         }
       }
       rp = response_partial::merge(rp, response_partial_fn{sc.r}(i));

@@ -239,6 +239,9 @@ TEST(CudaFused, EveryPresetMatchesGenericAndCpu) {
   check_objective(ps::dapo_reco{}, "dapo_reco");
   check_objective(ps::rule_80_20{}, "rule_80_20");
   check_objective(ps::rule_80_20_reco{}, "rule_80_20_reco");
+  check_objective(ps::trl_bnpo{}, "trl_bnpo");
+  check_objective(ps::trl_luspo{}, "trl_luspo");
+  check_objective(ps::trl_vespo{}, "trl_vespo");
 }
 
 TEST(CudaFused, ComponentsWithTheirOwnDeviceStages) {

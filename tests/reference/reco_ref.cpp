@@ -93,7 +93,7 @@ struct layout {
 };
 
 bool is_self_contained(ratio r) {
-  return r == ratio::reinforce || r == ratio::cispo || r == ratio::sapo;
+  return r == ratio::reinforce || r == ratio::cispo || r == ratio::sapo || r == ratio::vespo;
 }
 
 layout describe(const batch& b, const config& c) {
@@ -129,7 +129,7 @@ layout describe(const batch& b, const config& c) {
   // READING: the conventions say the self-contained surrogates "must be composed with no_clip";
   // the reference refuses any other clip mode instead of guessing what it would mean.
   if (is_self_contained(c.ratio_form)) {
-    require(c.clip_mode == clip::none, "reinforce / cispo / sapo ratios must use clip::none");
+    require(c.clip_mode == clip::none, "reinforce / cispo / sapo / vespo ratios must use clip::none");
   }
 
   require(!b.group_offsets.empty(), "group_offsets needs P + 1 entries");
@@ -476,7 +476,8 @@ struct token_in {
   double lp = 0;        // logp: the variable
   double fz = 0;        // logp at which stop-gradient quantities are evaluated
   double old = 0;       // old_logp
-  double seq_log = 0;   // GSPO: mean of (fz - old) over the response; GMPO: mean of m(fz - old)
+  double seq_log = 0;   // GSPO: mean of (fz - old) over the response; GMPO: mean of m(fz - old);
+                        // VESPO: sum of clamp(fz - old, -20, 20)
   double eps_low = 0;   // this token's clip range (entropy_split may widen it)
   double eps_high = 0;
 };
@@ -511,6 +512,18 @@ token_out policy_token(const config& c, const token_in& in) {
     out.loss = -w_hat * A * in.lp;
     out.grad = -A * w_hat;
     out.clipped = (r_frozen < lo || r_frozen > hi) && A != 0;
+    return out;
+  }
+  if (c.ratio_form == ratio::vespo) {
+    // TRL get_gamma_weights: log w clamped to [log 1e-8, 20]; phi detached (frozen point).
+    const double log_w = std::min(std::max(in.seq_log, std::log(1e-8)), 20.0);
+    const double w = std::exp(log_w);
+    const double k = A >= 0 ? c.vespo_k_pos : c.vespo_k_neg;
+    const double lam = A >= 0 ? c.vespo_lambda_pos : c.vespo_lambda_neg;
+    const double phi = std::exp(lam) * std::pow(w, k) * std::exp(-lam * w);
+    out.shown = w;
+    out.loss = -phi * A * in.lp;
+    out.grad = -phi * A;
     return out;
   }
   if (c.ratio_form == ratio::sapo) {
@@ -582,6 +595,7 @@ token_out policy_token(const config& c, const token_in& in) {
     case ratio::reinforce:
     case ratio::cispo:
     case ratio::sapo:
+    case ratio::vespo:
       break;  // handled above
   }
   out.shown = x;
@@ -590,7 +604,7 @@ token_out policy_token(const config& c, const token_in& in) {
   // READING: a token the ratio form marks (GMPO) counts as clipped under every clip mode; its
   // value stays -A x (rho = x) and its gradient is 0.
   double rho = x;
-  bool clipped = marked, ppo_clipped = false;
+  bool clipped = marked, ppo_clipped = false, capped = false;
   if (c.clip_mode != clip::none) {
     if (A > 0 && x > 1 + in.eps_high) {
       ppo_clipped = true;
@@ -599,14 +613,25 @@ token_out policy_token(const config& c, const token_in& in) {
       ppo_clipped = true;
       rho = 1 - in.eps_low;
     }
+    if (c.delta > 0) {
+      // TRL: -min(A min(x, delta), A clamp(x, 1 - eps_low, 1 + eps_high)), i.e. the smaller of
+      // the two ratios for A > 0 and the larger for A < 0. The gradient flows only where the
+      // chosen ratio is x itself; where the delta branch decides, the token counts as capped.
+      const double a = std::min(x, c.delta);
+      const double b = std::min(std::max(x, 1 - in.eps_low), 1 + in.eps_high);
+      const double chosen = A > 0 ? std::min(a, b) : std::max(a, b);
+      capped = chosen != x && !ppo_clipped;
+      rho = chosen;
+    }
   }
   clipped = clipped || ppo_clipped;
   double S = rho;
-  if (reciprocal) S = ppo_clipped ? 1 / rho : rho / (x_frozen * x_frozen);
+  if (reciprocal) S = (ppo_clipped || capped) ? 1 / rho : rho / (x_frozen * x_frozen);
 
   out.loss = -A * S;
-  out.grad = clipped ? 0 : -A * omega;
+  out.grad = (clipped || capped) ? 0 : -A * omega;
   out.clipped = clipped;
+  out.dual = capped;
 
   // READING: the dual clip is part of ppo_clip (and entropy_split, "as ppo_clip"); with
   // clip::none the dual mode is ignored.
@@ -615,7 +640,7 @@ token_out policy_token(const config& c, const token_in& in) {
       out.loss = -A * c.dual_c;
       out.grad = 0;
       out.dual = true;
-    } else if (c.dual_mode == dual::soft && !clipped && (reciprocal ? 1 / x : x) > c.dual_c) {
+    } else if (c.dual_mode == dual::soft && !clipped && !capped && (reciprocal ? 1 / x : x) > c.dual_c) {
       // The ratio itself (1/rho for the reciprocal surrogate) is compared with c, also where the
       // log-ratio clamp has set omega to 0.
       out.loss = -A * c.dual_c * in.lp;  // -A sg(c) logp
@@ -721,6 +746,11 @@ double coefficient(const config& c, const batch& b, const layout& lay, const ter
     case aggregation::seq_mean_token_sum:
       divisor = Rp;
       break;
+    case aggregation::seq_mean_token_sum_all:
+      // LUSPO (TRL): (per-response token sums).mean() over the local batch, empty responses
+      // included. READING: always the local R, as for seq_mean_token_sum_norm.
+      divisor = static_cast<double>(lay.R);
+      break;
     case aggregation::seq_mean_token_sum_norm: {
       // C = constant, or R * L_max. READING: R is the local number of responses (all of them,
       // empty ones included); the global normalisers replace N and R' only.
@@ -790,6 +820,11 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
         s += c.ratio_form == ratio::sequence ? l : gmpo_log(l, A, c);
       }
       seq_log = s / n_i;
+    } else if (c.ratio_form == ratio::vespo) {
+      // A sum, not a mean: w is the product of the (clamped) token ratios.
+      for (i64 t = begin; t < end; ++t) {
+        if (lay.valid[at(t)]) seq_log += std::min(std::max(frozen[at(t)] - b.old_logp[at(t)], -20.0), 20.0);
+      }
     }
     double split_threshold = 0;
     if (c.clip_mode == clip::entropy_split) {
@@ -845,7 +880,14 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
       const double coef_valid = coefficient(c, b, lay, valid_counts, c.norm_tokens, c.norm_responses, i);
       // KL term (valid tokens).
       if (c.kl_mode != kl::none) {
-        const kl_out k = kl_term(c, lp - b.ref_logp[at(t)], frozen[at(t)] - b.ref_logp[at(t)]);
+        kl_out k = kl_term(c, lp - b.ref_logp[at(t)], frozen[at(t)] - b.ref_logp[at(t)]);
+        if (c.kl_importance_weighted) {
+          // TRL: per_token_kl * coef_1 with coef_1 = exp(logp - old_logp) not detached, so the
+          // product rule applies: d(k r) = (k' + k) r.
+          const double r = std::exp(lp - b.old_logp[at(t)]);
+          k.grad = (k.grad + k.value) * r;
+          k.value *= r;
+        }
         kl_total.add(c.kl_beta * coef_valid * k.value);
         out.grad_logp[at(t)] += c.kl_beta * coef_valid * k.grad;
         sum_ref_kl += k.value;
@@ -927,7 +969,8 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
 
 std::vector<std::string> preset_names() {
   return {"grpo",     "dr_grpo",   "dapo",       "gspo",          "cispo",           "aspo",       "reco",
-          "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap"};
+          "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap",
+          "trl_bnpo", "trl_luspo", "trl_vespo"};
 }
 
 config preset(const std::string& name) {
@@ -1046,6 +1089,32 @@ config preset(const std::string& name) {
     c.ratio_form = ratio::variance;
     c.weight_mode = weight::expected_count;
     c.weight_cap = 10;
+    return c;
+  }
+  // TRL (trl/trainer/grpo_config.py defaults): A = (r - mean) / (std + 1e-4), no log-ratio clamp,
+  // epsilon 0.2 both sides, beta = 0 (no KL), no dual clip.
+  if (name == "trl_bnpo" || name == "trl_luspo" || name == "trl_vespo") {
+    c.adv = advantage::grpo;
+    c.adv_eps = 1e-4;
+    c.log_ratio_clamp = 0;
+    c.clip_mode = clip::ppo;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.select = selection::all;
+    c.kl_mode = kl::none;
+    if (name == "trl_bnpo") {
+      c.ratio_form = ratio::token;
+      c.agg = aggregation::token_mean;  // over the call's own tokens
+    } else if (name == "trl_luspo") {
+      c.ratio_form = ratio::sequence;  // importance_sampling_level = "sequence"
+      c.agg = aggregation::seq_mean_token_sum_all;
+    } else {
+      c.ratio_form = ratio::vespo;
+      c.clip_mode = clip::none;
+      c.agg = aggregation::token_mean;
+    }
     return c;
   }
   throw std::invalid_argument("reco_ref: unknown preset '" + name + "'");

@@ -15,14 +15,14 @@ namespace reco_ref {
 
 enum class advantage { grpo, dr_grpo, batch_std, rloo, reinforce_pp, opo, pass_at_k, gpg, given };
 enum class singleton { zero, raw_score };
-enum class ratio { token, sequence, variance, flipped, flipped_all, reinforce, cispo, sapo, gmpo };
+enum class ratio { token, sequence, variance, flipped, flipped_all, reinforce, cispo, sapo, gmpo, vespo };
 enum class clip { none, ppo, entropy_split };
 enum class dual { off, hard, soft };
 enum class weight { uniform, expected_count, caller };
 enum class weight_norm { none, group_mean, batch_mean };
 enum class selection { all, top_k, quantile };
 enum class denominator { valid, kept };
-enum class aggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm };
+enum class aggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, seq_mean_token_sum_all };
 enum class kl { none, k1, abs, k2, k3 };
 
 struct config {
@@ -42,12 +42,16 @@ struct config {
   double cispo_eps_low = 1.0, cispo_eps_high = 5.0;
   double sapo_tau_pos = 1.0, sapo_tau_neg = 1.05;
   double gmpo_eps_low = 0.4, gmpo_eps_high = 0.4;
+  // VESPO (TRL): phi = exp(lambda + k log w - lambda w), w = the response's product of token
+  // ratios (clamped), (k, lambda) by the sign of A (A >= 0: pos).
+  double vespo_k_pos = 2, vespo_lambda_pos = 3, vespo_k_neg = 3, vespo_lambda_neg = 2;
 
   // Clip (conventions: Clipping).
   clip clip_mode = clip::ppo;
   double eps_low = 0.2, eps_high = 0.2;
   dual dual_mode = dual::off;
   double dual_c = 3;
+  double delta = 0;  // TRL's upper cap of the unclipped ratio (two-sided GRPO); 0 = off
   double split_eps_low = 0.4, split_eps_high = 0.4, split_percentile = 0.8;
 
   // Response weight (conventions: Response weights).
@@ -72,6 +76,7 @@ struct config {
   double kl_beta = 0.001;
   bool kl_clamp = true;
   bool kl_straight_through = false;
+  bool kl_importance_weighted = false;  // TRL use_bias_correction_kl: k * exp(logp - old_logp)
   bool entropy_bonus = false;
   double entropy_coef = 0.001;
 
@@ -120,7 +125,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
                    const std::vector<double>& frozen_logp);
 
 // grpo, dr_grpo, dapo, gspo, cispo, aspo, reco, reco_response_only, reco_token_only, dapo_reco,
-// rule_80_20, rule_80_20_reco, reco_no_cap. Throws std::invalid_argument for another name.
+// rule_80_20, rule_80_20_reco, reco_no_cap, trl_bnpo, trl_luspo, trl_vespo. Throws std::invalid_argument for another name.
 config preset(const std::string& name);
 std::vector<std::string> preset_names();
 

@@ -235,17 +235,19 @@ inline bool near_kink(const reco_ref::batch& b, const reco_ref::config& c, const
       }
       case ratio::reinforce:
       case ratio::cispo:
+      case ratio::vespo:  // the weight is frozen: the loss is linear in logp
         movable = false;
         break;
     }
     const bool clip_based = c.ratio_form != ratio::reinforce && c.ratio_form != ratio::cispo &&
-                            c.ratio_form != ratio::sapo;
+                            c.ratio_form != ratio::sapo && c.ratio_form != ratio::vespo;
     if (movable && clip_based && c.clip_mode != reco_ref::clip::none) {
       const double eps[2][2] = {{c.eps_low, c.eps_high}, {c.split_eps_low, c.split_eps_high}};
       for (const auto& e : eps) {
         if (near(logx, std::log1p(e[1]))) return true;
         if (1 - e[0] > 0 && near(logx, std::log(1 - e[0]))) return true;
       }
+      if (c.delta > 0 && near(logx, std::log(c.delta))) return true;
       if (c.dual_mode != reco_ref::dual::off &&
           (near(logx, std::log(c.dual_c)) || near(logx, -std::log(c.dual_c)))) {
         return true;

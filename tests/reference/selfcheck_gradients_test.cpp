@@ -91,7 +91,7 @@ std::vector<named_config> gradient_configs() {
     add("ratio_gmpo_no_clip_asym", c);
   }
   const std::pair<const char*, ratio> own_forms[] = {
-      {"reinforce", ratio::reinforce}, {"cispo", ratio::cispo}, {"sapo", ratio::sapo}};
+      {"reinforce", ratio::reinforce}, {"cispo", ratio::cispo}, {"sapo", ratio::sapo}, {"vespo", ratio::vespo}};
   for (const auto& r : own_forms) {
     config c = preset("grpo");
     c.ratio_form = r.second;
@@ -100,6 +100,42 @@ std::vector<named_config> gradient_configs() {
     add(std::string("ratio_") + r.first, c);
     c.log_ratio_clamp = 0.3;
     add(std::string("ratio_") + r.first + "_clamp03", c);
+  }
+  // The peers' switches (docs/peers.md): TRL's delta cap above and below 1 + eps_high and with a
+  // dual clip, the importance-weighted KL, LUSPO's aggregation, VESPO's weight off its defaults.
+  for (const auto& d : {std::make_pair("110", 1.1), std::make_pair("130", 1.3)}) {
+    config c = preset("grpo");
+    c.dual_mode = dual::off;
+    c.delta = d.second;
+    add(std::string("clip_delta_") + d.first, c);
+    c.dual_mode = dual::hard;
+    c.dual_c = 1.2;
+    add(std::string("clip_delta_dual_") + d.first, c);
+  }
+  for (kl k : {kl::k1, kl::k2, kl::k3}) {
+    config c = preset("grpo");
+    c.kl_mode = k;
+    c.kl_beta = 0.1;
+    c.kl_importance_weighted = true;
+    add("kl_importance_weighted_" + std::to_string(static_cast<int>(k)), c);
+    c.kl_straight_through = true;
+    add("kl_importance_weighted_st_" + std::to_string(static_cast<int>(k)), c);
+  }
+  {
+    config c = preset("grpo");
+    c.agg = aggregation::seq_mean_token_sum_all;
+    add("agg_seq_mean_token_sum_all", c);
+    c.ratio_form = ratio::sequence;
+    add("agg_seq_mean_token_sum_all_sequence", c);
+    c = preset("grpo");
+    c.ratio_form = ratio::vespo;
+    c.clip_mode = clip::none;
+    c.dual_mode = dual::off;
+    c.vespo_k_pos = 0.5;
+    c.vespo_lambda_pos = 1.5;
+    c.vespo_k_neg = 4;
+    c.vespo_lambda_neg = 0.25;
+    add("ratio_vespo_params", c);
   }
   {
     config c = preset("cispo");

@@ -488,6 +488,63 @@ std::vector<double> coefficients(const config& c) {
   return out;
 }
 
+// The peers' switches and loss types (docs/peers.md), on paper.
+TEST(ReferenceValues, PeersByHand) {
+  const double lp = -1.0;
+  auto with_ratio = [&](double r, double A) { return one_token(lp, lp - std::log(r), A); };
+  // TRL's delta: loss -min(A min(r, delta), A clip(r, 0.8, 1.2)).
+  config c = bare(ratio::token);
+  c.clip_mode = clip::ppo;
+  c.delta = 1.5;
+  output o = evaluate(with_ratio(4.0, -0.5), c);  // A < 0 beyond delta: -A delta, no gradient
+  expect_close(o.loss, 0.5 * 1.5);
+  EXPECT_EQ(o.grad_logp[0], 0.0);
+  EXPECT_EQ(o.dual_clip_frac, 1.0);
+  EXPECT_EQ(o.clip_frac, 0.0);
+  o = evaluate(with_ratio(1.3, -0.5), c);  // between 1 + eps_high and delta: -A r, gradient -A r
+  expect_close(o.loss, 0.5 * 1.3);
+  expect_close(o.grad_logp[0], 0.5 * 1.3);
+  EXPECT_EQ(o.dual_clip_frac, 0.0);
+  c.delta = 1.1;  // below 1 + eps_high: it caps A > 0 too
+  o = evaluate(with_ratio(1.15, 0.5), c);
+  expect_close(o.loss, -0.5 * 1.1);
+  EXPECT_EQ(o.grad_logp[0], 0.0);
+  EXPECT_EQ(o.dual_clip_frac, 1.0);
+  o = evaluate(with_ratio(1.15, -0.5), c);  // A < 0 keeps r inside the clip range
+  expect_close(o.loss, 0.5 * 1.15);
+  expect_close(o.grad_logp[0], 0.5 * 1.15);
+  o = evaluate(with_ratio(1.4, -0.5), c);  // A < 0 past 1 + eps_high: -A (1 + eps_high), constant
+  expect_close(o.loss, 0.5 * 1.2);
+  EXPECT_EQ(o.grad_logp[0], 0.0);
+  EXPECT_EQ(o.dual_clip_frac, 1.0);
+
+  // The importance-weighted KL: k1 at d = 0.2 times r = e^0.5, with its product-rule gradient.
+  c = bare(ratio::reinforce);
+  c.kl_mode = kl::k1;
+  c.kl_beta = 1;
+  c.kl_importance_weighted = true;
+  batch b = one_token(-1.0, -1.5, 0.0);
+  b.ref_logp = {-1.2};
+  o = evaluate(b, c);
+  expect_close(o.kl_loss, 0.2 * std::exp(0.5), 1e-13);
+  expect_close(o.grad_logp[0], (1 + 0.2) * std::exp(0.5), 1e-13);
+
+  // VESPO: log w = 0.3 - 0.1 over the response's two tokens; phi = e^lambda w^k e^(-lambda w).
+  c = bare(ratio::vespo);
+  b = packed({{-1.0, -2.0}}, {{-1.3, -1.9}}, {1});
+  for (double A : {1.0, -1.0}) {
+    b.advantages = {A};
+    const double w = std::exp(0.2), k = A > 0 ? 2 : 3, lam = A > 0 ? 3 : 2;
+    const double phi = std::exp(lam) * std::pow(w, k) * std::exp(-lam * w);
+    o = evaluate(b, c);
+    expect_close(o.loss, -phi * A * (-1.0 - 2.0) / 2, 1e-13);
+    expect_close(o.grad_logp[0], -phi * A / 2, 1e-13);
+    expect_close(o.grad_logp[1], -phi * A / 2, 1e-13);
+    expect_close(o.ratio_mean, w, 1e-13);
+    EXPECT_EQ(o.clip_frac, 0.0);
+  }
+}
+
 TEST(ReferenceValues, AggregationCoefficients) {
   config c = bare(ratio::reinforce);
   expect_all_close(coefficients(c), {1.0 / 5, 1.0 / 5, 1.0 / 5, 0, 1.0 / 5, 1.0 / 5});
@@ -495,6 +552,8 @@ TEST(ReferenceValues, AggregationCoefficients) {
   expect_all_close(coefficients(c), {1.0 / 4, 1.0 / 4, 1.0 / 6, 0, 1.0 / 6, 1.0 / 6});
   c.agg = aggregation::seq_mean_token_sum;
   expect_all_close(coefficients(c), {0.5, 0.5, 0.5, 0, 0.5, 0.5});
+  c.agg = aggregation::seq_mean_token_sum_all;  // R = 3, the empty response included (LUSPO)
+  expect_all_close(coefficients(c), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0, 1.0 / 3, 1.0 / 3});
   c.agg = aggregation::seq_mean_token_sum_norm;  // C = R * T = 3 * 4
   expect_all_close(coefficients(c), {1.0 / 12, 1.0 / 12, 1.0 / 12, 0, 1.0 / 12, 1.0 / 12});
   c.sum_norm_max_length = 10;  // C = 30
@@ -951,7 +1010,7 @@ TEST(ReferenceValues, OnPolicyIdentity) {
 // ---------------------------------------------------------------------------------------------
 
 TEST(ReferencePresets, TableOfComponents) {
-  ASSERT_EQ(preset_names().size(), 13u);
+  ASSERT_EQ(preset_names().size(), 16u);
   for (const std::string& n : preset_names()) EXPECT_NO_THROW(preset(n)) << n;
   EXPECT_THROW(preset("ppo"), std::invalid_argument);
 
@@ -989,6 +1048,20 @@ TEST(ReferencePresets, TableOfComponents) {
   EXPECT_TRUE(c.ratio_form == ratio::token && c.weight_mode == weight::uniform);
   c = preset("rule_80_20_reco");
   EXPECT_TRUE(c.select == selection::top_k && c.ratio_form == ratio::variance && c.weight_mode == weight::expected_count);
+  // TRL's loss types under TRL's defaults.
+  for (const char* n : {"trl_bnpo", "trl_luspo", "trl_vespo"}) {
+    c = preset(n);
+    EXPECT_TRUE(c.adv == advantage::grpo && c.adv_eps == 1e-4 && c.log_ratio_clamp == 0) << n;
+    EXPECT_TRUE(c.dual_mode == dual::off && c.delta == 0 && c.kl_mode == kl::none) << n;
+  }
+  c = preset("trl_bnpo");
+  EXPECT_TRUE(c.ratio_form == ratio::token && c.clip_mode == clip::ppo && c.eps_low == 0.2 && c.eps_high == 0.2);
+  EXPECT_TRUE(c.agg == aggregation::token_mean);
+  c = preset("trl_luspo");
+  EXPECT_TRUE(c.ratio_form == ratio::sequence && c.clip_mode == clip::ppo && c.agg == aggregation::seq_mean_token_sum_all);
+  c = preset("trl_vespo");
+  EXPECT_TRUE(c.ratio_form == ratio::vespo && c.clip_mode == clip::none && c.agg == aggregation::token_mean);
+  EXPECT_TRUE(c.vespo_k_pos == 2 && c.vespo_lambda_pos == 3 && c.vespo_k_neg == 3 && c.vespo_lambda_neg == 2);
 }
 
 TEST(ReferencePresets, MissingInputsAndMisuseThrow) {

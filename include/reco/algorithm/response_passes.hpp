@@ -463,8 +463,7 @@ struct sequence_fn {
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
       sum += obj.ratio.sequence_term(c);
     }
-    const index_t n = r.length[i];
-    r.seq_log[i] = n > 0 ? sum / static_cast<double>(n) : 0.0;
+    r.seq_log[i] = sequence_value<typename Obj::ratio_type>(sum, r.length[i]);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "reco/component.hpp"
 #include "reco/config.hpp"
@@ -45,6 +46,25 @@ RECO_TOKEN_MATH basic_kl_value<V> kl_estimate(const K& kl, const V& logp, const 
     return kl.eval(logp, ref_logp);
   } else {
     return kl.estimate(logp, ref_logp);
+  }
+}
+
+// The KL term at one token: a term may reweight its estimate by the token's log-ratio to the
+// sampling policy (kl_penalty's importance_weighted).
+template <class K, class V, class = void>
+struct kl_reweights : std::false_type {};
+template <class K, class V>
+struct kl_reweights<K, V, std::void_t<decltype(std::declval<const K&>().reweight(std::declval<const basic_kl_value<V>&>(),
+                                                                                std::declval<const V&>()))>>
+    : std::true_type {};
+
+template <class K, class V>
+RECO_TOKEN_MATH basic_kl_value<V> kl_at(const K& kl, const basic_token_context<V>& c, const V& ref_logp) {
+  const basic_kl_value<V> k = kl_estimate(kl, c.logp, ref_logp);
+  if constexpr (kl_reweights<K, V>::value) {
+    return kl.reweight(k, c.logp - c.old_logp);
+  } else {
+    return k;
   }
 }
 
@@ -87,7 +107,7 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
     r.dual = policy && sv.dual;
   }
   if constexpr (Obj::kl_type::active) {
-    const basic_kl_value<V> k = kl_estimate(obj.kl, c.logp, ref_logp);
+    const basic_kl_value<V> k = kl_at(obj.kl, c, ref_logp);
     r.kl = select(valid, k.value, V(0.0));
     grad = grad + select(valid, obj.kl.params.beta * coef * k.grad, V(0.0));
   }

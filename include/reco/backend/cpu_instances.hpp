@@ -41,7 +41,7 @@ RECO_NAMESPACE_END
   RECO_CPU_PRESET_INSTANCE(, P, float)     \
   RECO_CPU_PRESET_INSTANCE(, P, double)
 
-// Every preset with an objective type of its own.
+// Every preset with an objective type of its own (trl_bnpo runs dapo's type).
 #define RECO_FOR_EACH_CPU_PRESET(X) \
   X(grpo)                           \
   X(dr_grpo)                        \
@@ -54,7 +54,9 @@ RECO_NAMESPACE_END
   X(reco_token_only)                \
   X(dapo_reco)                      \
   X(rule_80_20)                     \
-  X(rule_80_20_reco)
+  X(rule_80_20_reco)                \
+  X(trl_luspo)                      \
+  X(trl_vespo)
 
 #ifdef RECO_EXTERN_CPU_PRESETS
 RECO_FOR_EACH_CPU_PRESET(RECO_CPU_PRESET_INSTANCE_DECLARE)

@@ -6,6 +6,13 @@
 //   soft dual clip (ASPO, c = 3): where an unclipped token's ratio exceeds c (A < 0 with x > c;
 //     A > 0 with ASPO's reciprocal 1/x > c; x the clamped ratio) the loss becomes -A sg(c) logp,
 //     so the gradient keeps flowing with weight c.
+// delta (TRL's two-sided GRPO clip, INTELLECT-2; 0 = off) caps the unclipped branch's ratio for
+// every advantage sign: loss = max(-A S(min(x, delta)), -A S(clip(x, 1 - eps_low, 1 + eps_high))).
+//   A > 0: the ratio is min(x, 1 + eps_high, delta); it binds only when delta < 1 + eps_high.
+//   A < 0: the ratio is min(max(x, 1 - eps_low), max(delta, 1 + eps_high)): past
+//     max(delta, 1 + eps_high) the loss is the constant -A max(delta, 1 + eps_high), gradient 0
+//     (for delta >= 1 + eps_high this is the hard dual clip at c = delta).
+//   Tokens the delta cap decides count in the dual-clip diagnostics.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +34,7 @@ namespace detail {
 template <class V>
 RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V>& rv, const basic_token_context<V>& c,
                                                        const V& eps_low, const V& eps_high, dual_clip_mode dual,
-                                                       double dual_c) {
+                                                       double dual_c, double delta = 0.0) {
   using mask = mask_t<V>;
   basic_surrogate_value<V> s;
   s.x = rv.x;
@@ -43,15 +50,27 @@ RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V
     clipped = clipped || rv.x < bound;
     rho = maxd(rv.x, bound);
   }
+  mask capped = false;  // the delta cap decided the value (and zeroed the gradient)
+  if (delta > 0 && a != 0) {
+    if (a > 0) {
+      capped = !clipped && rv.x > delta;
+      rho = mind(rho, V(delta));
+    } else {
+      const V cap = maxd(V(delta), V(1.0) + eps_high);
+      capped = rv.x > cap;
+      rho = mind(rho, cap);
+    }
+  }
   s.loss = -a * (rv.reciprocal ? V(1.0) / rho : rho);
-  s.grad = select(clipped, V(0.0), -a * rv.omega);
+  s.grad = select(clipped || capped, V(0.0), -a * rv.omega);
   s.clipped = clipped && a != 0;
+  s.dual = capped;
   if (dual == dual_clip_mode::hard) {
     if (a < 0) {
-      const mask capped = s.loss > -a * dual_c;
+      const mask hard = s.loss > -a * dual_c;
       s.loss = mind(s.loss, V(-a * dual_c));
-      s.grad = select(capped, V(0.0), s.grad);
-      s.dual = capped;
+      s.grad = select(hard, V(0.0), s.grad);
+      s.dual = s.dual || hard;
     }
   } else if (dual == dual_clip_mode::soft) {
     if (a != 0) {
@@ -59,10 +78,10 @@ RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V
       // states: omega equals it where the log-ratio clamp lets the derivative through, but is 0
       // where the clamp bites, and the dual clip must still fire there.
       const V beyond = rv.reciprocal ? V(1.0) / rv.x : rv.x;
-      const mask soft = !clipped && beyond > dual_c;
+      const mask soft = !clipped && !capped && beyond > dual_c;
       s.loss = select(soft, -a * dual_c * c.logp, s.loss);
       s.grad = select(soft, V(-a * dual_c), s.grad);
-      s.dual = soft;
+      s.dual = s.dual || soft;
     }
   }
   return s;
@@ -77,6 +96,7 @@ struct ppo_clip {
     double eps_high = 0.2;
     dual_clip_mode dual_clip = dual_clip_mode::off;
     double dual_clip_c = 3.0;  // must exceed 1
+    double delta = 0.0;        // TRL's upper cap of the unclipped ratio; 0 = off
   };
   params_type params{};
   // The fields settable by key ("<role>.<field>", reco/registry.hpp).
@@ -86,6 +106,7 @@ struct ppo_clip {
     v("eps_high", p.eps_high);
     v("dual_clip", p.dual_clip);
     v("dual_clip_c", p.dual_clip_c);
+    v("delta", p.delta);
   }
 
   // Throws reco::error naming the first parameter out of range.
@@ -95,6 +116,7 @@ struct ppo_clip {
     check_param(params.eps_low >= 0 && params.eps_low <= 1, name, "eps_low", "must be in [0, 1]");
     check_param(finite_param(params.eps_high) && params.eps_high >= 0, name, "eps_high", "must be finite and >= 0");
     check_param(params.dual_clip == dual_clip_mode::off || (finite_param(params.dual_clip_c) && params.dual_clip_c > 1), name, "dual_clip_c", "must be finite and > 1 when the dual clip is on");
+    check_param(finite_param(params.delta) && params.delta >= 0, name, "delta", "must be finite and >= 0 (0 = off)");
   }
 
   static constexpr bool needs_entropy = false;
@@ -105,7 +127,7 @@ struct ppo_clip {
   RECO_TOKEN_MATH basic_surrogate_value<V> apply(const basic_ratio_value<V>& rv,
                                                   const basic_token_context<V>& c) const {
     return detail::ppo_surrogate(rv, c, V(params.eps_low), V(params.eps_high), params.dual_clip,
-                                 params.dual_clip_c);
+                                 params.dual_clip_c, params.delta);
   }
 };
 

@@ -3,7 +3,9 @@
 // k3 is clamped as in verl and OpenRLHF by default: -d to [-20, 20] before exp and the result to
 // [-10, 10], with derivative 0 where a clamp bites (TRL does not clamp: clamp = false).
 // d k3 / d logp = 1 - exp(-d). straight_through keeps the chosen estimator's value but takes the
-// gradient of k2 (= d), verl's "k3+" style.
+// gradient of k2 (= d), verl's "k3+" style. importance_weighted multiplies the estimator by the
+// token ratio r = exp(logp - old_logp), not detached (TRL's use_bias_correction_kl at its default
+// token-level importance sampling): value k r, d / d logp = (k' + k) r, r unclamped as in TRL.
 #pragma once
 
 #include <cmath>
@@ -27,6 +29,7 @@ struct kl_penalty {
     double beta = 0.001;  // the paper's KL coefficient
     bool clamp = true;
     bool straight_through = false;
+    bool importance_weighted = false;
   };
   params_type params{};
   // The fields settable by key ("<role>.<field>", reco/registry.hpp).
@@ -36,6 +39,7 @@ struct kl_penalty {
     v("estimator", p.estimator);
     v("clamp", p.clamp);
     v("straight_through", p.straight_through);
+    v("importance_weighted", p.importance_weighted);
   }
 
   // Throws reco::error naming the first parameter out of range.
@@ -79,6 +83,15 @@ struct kl_penalty {
     }
     if (params.straight_through) k.grad = d;
     return k;
+  }
+
+  // The estimate at a token whose log-ratio to the sampling policy is `log_ratio` (the objective
+  // calls this after estimate / eval): unchanged unless importance_weighted.
+  template <class V>
+  RECO_TOKEN_MATH basic_kl_value<V> reweight(const basic_kl_value<V>& k, const V& log_ratio) const {
+    if (!params.importance_weighted) return k;
+    const V r = detail::vexp(log_ratio);
+    return {k.value * r, (k.grad + k.value) * r};
   }
 };
 

@@ -1,7 +1,7 @@
 // GSPO's sequence ratio, written per token so that gradients stay per token:
 //   s_it = exp( sg(mean_t(logp - old_logp)) + logp_it - sg(logp_it) ),
 // value s_i = exp(mean log-ratio of response i), d s_it / d logp_it = s_i. The log value is capped
-// at 10 (verl, TRL); above the cap the gradient is 0.
+// at 10 (verl; TRL and OpenRLHF take exp of the mean uncapped); above the cap the gradient is 0.
 #pragma once
 
 #include <cmath>

@@ -60,7 +60,7 @@ __device__ inline void sequence_response(const Obj& obj, const detail::batch_poi
   double sum = 0;
   for (index_t t = begin + lane; t < end; t += 32) sum += sequence_token(obj, b, advantage, t);
   sum = warp_sum(sum);
-  if (lane == 0) finish_sequence(r, i, sum);
+  if (lane == 0) finish_sequence<Obj>(r, i, sum);
 }
 
 template <class Obj, class T>

@@ -128,9 +128,9 @@ RECO_HOST_DEVICE inline double sequence_token(const Obj& obj, const detail::batc
   c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
   return obj.ratio.sequence_term(c);
 }
+template <class Obj>
 RECO_HOST_DEVICE inline void finish_sequence(const detail::response_scratch& r, index_t i, double sum) {
-  const index_t n = r.length[i];
-  r.seq_log[i] = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  r.seq_log[i] = detail::sequence_value<typename Obj::ratio_type>(sum, r.length[i]);
 }
 
 // Kernel A's last block: the merged partials into the call's scalars, then the generic

@@ -79,7 +79,8 @@ struct policy_output {
 };
 
 // The presets by name (grpo, dr_grpo, dapo, gspo, cispo, aspo, reco, reco_no_cap,
-// reco_response_only, reco_token_only, dapo_reco, rule_80_20, rule_80_20_reco).
+// reco_response_only, reco_token_only, dapo_reco, rule_80_20, rule_80_20_reco, trl_bnpo,
+// trl_luspo, trl_vespo).
 const std::vector<std::string>& preset_names();
 // The override keys a preset accepts ("clip.eps_high", "kl.beta", ...).
 std::vector<std::string> override_keys(const std::string& preset);
