@@ -25,7 +25,8 @@ struct study_settings {
   int workers = 2;               // concurrent worker processes
   int threads = 1;               // intra-op threads per worker
   int ranks = 1;                 // data-parallel processes per training job (Gloo, CPU)
-  int seeds = 3;
+  int seeds = 3;                 // RL seeds per configuration and base policy
+  int bases = 1;                 // base policies (pretraining seeds pretrain.seed, pretrain.seed + 1, ...)
   std::vector<std::string> configs;  // empty = all ten
   uint64_t data_seed = 20240611;     // test set and RL training pool
   int test_problems = 96;
@@ -52,6 +53,7 @@ struct study_settings {
     num("threads", threads);
     num("ranks", ranks);
     num("seeds", seeds);
+    num("bases", bases);
     num("data_seed", data_seed);
     num("test_problems", test_problems);
     for (int c = 0; c < 3; ++c) num(std::string("test_mix.") + class_name(problem_class(c)), test_mix[c]);
@@ -78,6 +80,7 @@ struct study_settings {
     num("rl.prompts", rl.prompts);
     num("rl.group", rl.group);
     num("rl.minibatches", rl.minibatches);
+    num("rl.epochs", rl.epochs);
     num("rl.lr", rl.lr);
     num("rl.weight_decay", rl.weight_decay);
     num("rl.grad_clip", rl.grad_clip);
