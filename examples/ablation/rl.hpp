@@ -71,8 +71,8 @@ struct rl_config {
   int prompts = 32;        // prompts per rollout batch
   int group = 8;           // G rollouts per prompt
   int minibatches = 4;     // PPO mini-batches per rollout batch (= optimiser steps)
-  int epochs = 1;          // PPO epochs: passes over the rollout batch, each in `minibatches` steps
-  double lr = 1e-4;
+  int epochs = 2;          // PPO epochs: passes over the rollout batch, each in `minibatches` steps
+  double lr = 2e-5;        // chosen on GRPO and the base only (docs/ablation.md, design log)
   double weight_decay = 0.01;
   double grad_clip = 1.0;
   double temperature = 1.0;  // rollouts: temperature 1.0, top-p 1.0 (the paper's setting)
