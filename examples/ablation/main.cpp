@@ -350,7 +350,22 @@ running_job spawn_worker(const fs::path& out, const std::string& job, int thread
   return r;
 }
 
-int run_main(study_settings s, const fs::path& out, bool fresh_base) {
+// The plain summary at the end of the console output: every claim's verdict (the report has the
+// intervals, the method and the runs behind each).
+void print_verdicts(const std::vector<claim_result>& verdicts) {
+  std::printf("\nverdicts on the paper's claims (Δ in points, 95 %% bootstrap CI, Holm-adjusted p):\n");
+  for (const auto& v : verdicts) {
+    if (v.verdict == "not run") {
+      std::printf("  %-4s %-62s not run\n", v.c.id.c_str(), v.c.text.c_str());
+      continue;
+    }
+    const std::string p = std::isnan(v.p_adjusted) ? "  –  " : fixed(v.p_adjusted, 3);
+    std::printf("  %-4s %-62s Δ %+6.1f [%+6.1f, %+6.1f]  p %s  %s\n", v.c.id.c_str(), v.c.text.c_str(),
+                100 * v.delta, 100 * v.lo, 100 * v.hi, p.c_str(), v.verdict.c_str());
+  }
+}
+
+int run_main(study_settings s, const fs::path& out, bool fresh_base, bool report_only) {
   const auto t_start = clock_type::now();
   s.finalise();
   fs::create_directories(out / "cache");
@@ -376,6 +391,14 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   std::printf("task: Countdown-%d, %zu held-out problems (%d common_only, %d both, %d rare_only), RL pool %zu\n",
               s.task.numbers, data.test.size(), cls[0], cls[1], cls[2], data.train.size());
 
+  if (report_only) {
+    // --report-only: the report from the runs already in <out>/runs (the settings given must be
+    // the ones they were run with).
+    const std::vector<claim_result> verdicts = write_report(out, s, data, 0.0);
+    print_verdicts(verdicts);
+    std::printf("report: %s\n", (out / "report.md").string().c_str());
+    return 0;
+  }
   // Base policies: cached by the settings that determine them; the missing ones are pretrained
   // by worker jobs, in parallel. A job that needs base b starts once b's file exists.
   std::deque<std::string> pending;
@@ -520,14 +543,7 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   }
   std::printf("all runs finished in %s; writing the report\n", duration_text(seconds_since(t_jobs)).c_str());
   const std::vector<claim_result> verdicts = write_report(out, s, data, seconds_since(t_start));
-  // The plain summary: every claim's verdict (the report has the intervals and the method).
-  std::printf("\nverdicts on the paper's claims (Δ in points, 95 %% bootstrap CI, Holm-adjusted p):\n");
-  for (const auto& v : verdicts) {
-    if (v.verdict == "not run") continue;
-    const std::string p = std::isnan(v.p_adjusted) ? "  –  " : fixed(v.p_adjusted, 3);
-    std::printf("  %-4s %-62s Δ %+6.1f [%+6.1f, %+6.1f]  p %s  %s\n", v.c.id.c_str(), v.c.text.c_str(),
-                100 * v.delta, 100 * v.lo, 100 * v.hi, p.c_str(), v.verdict.c_str());
-  }
+  print_verdicts(verdicts);
   std::printf("report: %s\n", (out / "report.md").string().c_str());
   return 0;
 }
@@ -540,7 +556,7 @@ int main(int argc, char** argv) {
     study_settings s;
     fs::path out = "results";
     std::string worker_job;
-    bool fresh_base = false;
+    bool fresh_base = false, report_only = false;
     std::vector<std::pair<std::string, std::string>> sets;
     std::string mode = "default";
     std::map<std::string, std::string> direct;
@@ -565,6 +581,7 @@ int main(int argc, char** argv) {
       } else if (a == "--bases") direct["bases"] = value();
       else if (a == "--configs") direct["configs"] = value();
       else if (a == "--fresh-base") fresh_base = true;
+      else if (a == "--report-only") report_only = true;
       else if (a == "--set") {
         const std::string kv = value();
         const auto eq = kv.find('=');
@@ -575,7 +592,8 @@ int main(int argc, char** argv) {
             "usage: reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N]\n"
             "                     [--threads N] [--ranks N] [--bases N] [--seeds N] [--configs a,b,...]\n"
             "                     [--set key=value]...\n"
-            "                     [--fresh-base]\n"
+            "                     [--fresh-base] [--report-only]\n"
+            "--report-only: rewrite the report from the runs already in --out (same settings)\n"
             "--ranks N: every training job runs as N data-parallel processes (Gloo, CPU)\n"
             "settings keys: see <out>/settings.txt after a run\n");
         return 0;
@@ -595,7 +613,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--ranks > 1 runs on --device cpu (planned steps take CPU tensors)");
     if (s.ranks > 1 && !ranks_available())
       throw std::invalid_argument("--ranks > 1 needs a build with Gloo's headers (Debian: libgloo-dev)");
-    return run_main(s, out, fresh_base);
+    return run_main(s, out, fresh_base, report_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reco_ablation: %s\n", e.what());
     return 1;
