@@ -42,6 +42,7 @@ struct eval_result {
   std::vector<problem_eval> problems;
   reco::eval::position_variance_result token_variance;
   std::vector<double> base_likelihood;  // mean base log-prob per token of sampled correct responses
+  std::vector<int> base_likelihood_problem;  // the held-out problem of each (within-problem Figure 1)
   double self_bleu_correct = 0;         // Self-BLEU among correct responses (NaN if undefined)
 };
 
@@ -122,6 +123,7 @@ inline eval_result evaluate(transformer& policy, transformer& base, const genera
     for (const auto& [p, r] : reservoir) {
       prompts.push_back(prompt_tokens(voc, test[p]));
       responses.push_back(r);
+      res.base_likelihood_problem.push_back(p);
     }
     for (std::size_t s = 0; s < prompts.size(); s += static_cast<std::size_t>(cfg.batch_rows)) {
       const std::size_t e = std::min(prompts.size(), s + static_cast<std::size_t>(cfg.batch_rows));

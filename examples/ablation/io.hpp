@@ -1,10 +1,12 @@
 // Small file helpers: CSV tables, number formatting.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,7 +24,12 @@ struct csv_table {
       if (header[i] == name) return static_cast<int>(i);
     throw std::runtime_error("CSV has no column '" + name + "'");
   }
-  double number(std::size_t row, const std::string& name) const { return std::stod(rows[row][column(name)]); }
+  bool has(const std::string& name) const { return std::find(header.begin(), header.end(), name) != header.end(); }
+  // An empty field is a value that is undefined there (NaN).
+  double number(std::size_t row, const std::string& name) const {
+    const std::string& v = rows[row][column(name)];
+    return v.empty() ? std::numeric_limits<double>::quiet_NaN() : std::stod(v);
+  }
   const std::string& text(std::size_t row, const std::string& name) const { return rows[row][column(name)]; }
 };
 
@@ -84,6 +91,9 @@ inline std::string fixed(double v, int digits) {
 }
 
 // Shortest round-trip text of a double for CSV files.
+// A value that may be undefined (NaN): written as an empty field.
+inline std::string exact_or_empty(double v);
+
 inline std::string exact(double v) {
   if (std::isnan(v)) return "nan";
   char buf[64];
@@ -107,5 +117,7 @@ inline std::string duration_text(double seconds) {
     std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
   return buf;
 }
+
+inline std::string exact_or_empty(double v) { return std::isnan(v) ? std::string() : exact(v); }
 
 }  // namespace ablation

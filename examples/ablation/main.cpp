@@ -51,23 +51,21 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// The three presets of the study's size.
+// The three presets of the study's size (docs/ablation.md). The default: GRPO and ReCo on 4 base
+// policies x 3 seeds, the two single corrections on 4 x 1 (about 20 minutes on 2 cores). --full:
+// every configuration, 8 base policies, 8 seeds for the primary comparison and 2 for the others.
 void apply_mode(study_settings& s, const std::string& mode) {
   s.mode = mode;
-  if (mode == "full") {
-    s.seeds = 5;
-    s.test_problems = 192;
-    s.train_problems = 512;
-    s.model.d_model = 128;
-    s.model.layers = 4;
-    s.model.heads = 4;
-    s.model.d_ff = 512;
-    s.pretrain.steps = 3000;
-    s.rl.steps = 200;
-    s.rl.prompts = 64;
-    s.eval.samples = 1024;
+  if (mode == "default") {
+    s.configs = {"grpo", "reco", "response_only", "token_only"};
+  } else if (mode == "full") {
+    s.bases = 8;
+    s.seeds = 8;
+    s.secondary_seeds = 2;
   } else if (mode == "smoke") {
+    s.bases = 1;
     s.seeds = 1;
+    s.secondary_seeds = 1;
     s.test_problems = 8;
     s.train_problems = 64;
     s.model.d_model = 32;
@@ -105,8 +103,45 @@ torch::Device device_of(const study_settings& s) {
   return torch::Device(torch::kCPU);
 }
 
-std::string base_model_path(const fs::path& out, study_settings& s) {
-  return (out / "cache" / ("base_" + s.base_model_key() + ".pt")).string();
+// Base policy b (1-based) is pretrained with seed pretrain.seed + b - 1; everything else equal.
+study_settings base_settings(const study_settings& s, int b) {
+  study_settings t = s;
+  t.pretrain.seed = s.pretrain.seed + static_cast<uint64_t>(b - 1);
+  return t;
+}
+
+std::string base_model_path(const fs::path& out, const study_settings& s, int b) {
+  study_settings t = base_settings(s, b);
+  return (out / "cache" / ("base_" + t.base_model_key() + ".pt")).string();
+}
+
+// A worker's job: "pretrain_b<b>", "base_b<b>" (the base policy's evaluation) or
+// "<config>_b<b>_s<seed>" (one training run).
+struct job_id {
+  std::string config;  // "pretrain", "base" or an algorithm name
+  int base = 1;
+  uint64_t seed = 0;
+};
+
+std::string job_name(const std::string& config, int base, uint64_t seed = 0) {
+  std::string n = config + "_b" + std::to_string(base);
+  if (config != "base" && config != "pretrain") n += "_s" + std::to_string(seed);
+  return n;
+}
+
+job_id parse_job(const std::string& job) {
+  job_id j;
+  std::string rest = job;
+  const auto s = rest.rfind("_s");
+  const auto b = rest.rfind("_b");
+  if (b == std::string::npos) throw std::invalid_argument("bad job name '" + job + "'");
+  if (s != std::string::npos && s > b) {
+    j.seed = std::stoull(rest.substr(s + 2));
+    rest = rest.substr(0, s);
+  }
+  j.base = std::stoi(rest.substr(b + 2));
+  j.config = rest.substr(0, b);
+  return j;
 }
 
 transformer make_model(const study_settings& s, uint64_t seed) {
@@ -136,8 +171,9 @@ void write_eval_files(const fs::path& dir, const std::vector<problem>& test, con
              std::to_string(e.token_variance.tokens[b]), std::to_string(e.token_variance.responses[b])});
   }
   {
-    csv_writer w((dir / "base_likelihood.csv").string(), {"mean_base_logp"});
-    for (double v : e.base_likelihood) w.row({exact(v)});
+    csv_writer w((dir / "base_likelihood.csv").string(), {"problem", "mean_base_logp"});
+    for (std::size_t i = 0; i < e.base_likelihood.size(); ++i)
+      w.row({std::to_string(e.base_likelihood_problem[i]), exact(e.base_likelihood[i])});
   }
   csv_writer w((dir / "summary.csv").string(), {"key", "value"});  // written last: marks the job done
   w.row({"self_bleu_correct", exact(e.self_bleu_correct)});
@@ -155,18 +191,17 @@ void write_eval_files(const fs::path& dir, const std::vector<problem>& test, con
     const torch::Device dev = device_of(s);
     generator gen(s.task);
     study_data data = make_study_data(gen, s);
-    transformer base = make_model(s, s.pretrain.seed);
-    load_model(base, base_model_path(out, s), dev);
+    const job_id id = parse_job(job);
+    transformer base = make_model(s, 0);
+    load_model(base, base_model_path(out, s, id.base), dev);
     base->to(dev);
     base->eval();
-    const auto sep = job.rfind("_s");
-    const algorithm& algo = find_algorithm(job.substr(0, sep));
-    const uint64_t seed = std::stoull(job.substr(sep + 2));
-    transformer policy = make_model(s, s.pretrain.seed);
-    load_model(policy, base_model_path(out, s), dev);
+    const algorithm& algo = find_algorithm(id.config);
+    transformer policy = make_model(s, 0);
+    load_model(policy, base_model_path(out, s, id.base), dev);
     policy->to(dev);
-    torch::manual_seed(seed);
-    train_rl(policy, base, gen, data.train, algo, s.rl, seed, dev, {}, ranks.group());
+    torch::manual_seed(id.seed);
+    train_rl(policy, base, gen, data.train, algo, s.rl, id.seed, dev, {}, ranks.group());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d of %s: %s\n", ranks.rank(), job.c_str(), e.what());
     code = 2;
@@ -180,9 +215,10 @@ int run_worker(const fs::path& out, const std::string& job) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // a worker (and with it its ranks) ends with the main process
   study_settings s;
   s.load((out / "settings.txt").string());
+  const job_id id = parse_job(job);
   // --ranks: fork the training job's other ranks now, before LibTorch starts any thread.
   rank_set ranks;
-  if (job != "base" && s.ranks > 1) {
+  if (id.config != "base" && id.config != "pretrain" && s.ranks > 1) {
     ranks.start(s.ranks, std::chrono::milliseconds(rank_timeout_ms));
     if (ranks.rank() > 0) run_rank(out, s, job, ranks);
   }
@@ -190,14 +226,29 @@ int run_worker(const fs::path& out, const std::string& job) {
   const torch::Device dev = device_of(s);
   generator gen(s.task);
   study_data data = make_study_data(gen, s);
-  transformer base = make_model(s, s.pretrain.seed);
-  load_model(base, base_model_path(out, s), dev);
+  if (id.config == "pretrain") {
+    const study_settings bs = base_settings(s, id.base);
+    transformer base = make_model(bs, bs.pretrain.seed);
+    base->to(dev);
+    pretrain(base, gen, bs.pretrain, data.test_keys, dev, [&](int step, double loss) {
+      std::printf("@step %d %d %.4f 0\n", step, bs.pretrain.steps, loss);
+      std::fflush(stdout);
+    });
+    // Written under a temporary name and renamed: a job waiting for this base sees it whole.
+    const std::string path = base_model_path(out, s, id.base);
+    save_model(base, path + ".part");
+    fs::rename(path + ".part", path);
+    std::printf("@done\n");
+    return 0;
+  }
+  transformer base = make_model(s, 0);
+  load_model(base, base_model_path(out, s, id.base), dev);
   base->to(dev);
   base->eval();
 
-  const fs::path dir = out / "runs" / (job == "base" ? std::string("base") : job);
+  const fs::path dir = out / "runs" / job;
   fs::create_directories(dir);
-  if (job == "base") {
+  if (id.config == "base") {
     const auto t0 = clock_type::now();
     std::printf("@phase eval\n");
     std::fflush(stdout);
@@ -206,23 +257,26 @@ int run_worker(const fs::path& out, const std::string& job) {
     std::printf("@done\n");
     return 0;
   }
-  const auto sep = job.rfind("_s");
-  const algorithm& algo = find_algorithm(job.substr(0, sep));
-  const uint64_t seed = std::stoull(job.substr(sep + 2));
+  const algorithm& algo = find_algorithm(id.config);
+  const uint64_t seed = id.seed;
 
-  transformer policy = make_model(s, s.pretrain.seed);
-  load_model(policy, base_model_path(out, s), dev);
+  transformer policy = make_model(s, 0);
+  load_model(policy, base_model_path(out, s, id.base), dev);
   policy->to(dev);
   torch::manual_seed(seed);
   const auto t0 = clock_type::now();
   csv_writer train((dir / "train.csv").string(),
                    {"step", "reward", "entropy", "abs_kl", "distinct2", "self_bleu", "path_uniqueness", "loss",
-                    "clip_frac", "ppo_kl", "weight_mean", "weight_max", "cap_hits", "groups_used", "seconds"});
+                    "clip_frac", "ppo_kl", "weight_mean", "weight_max", "cap_hits", "groups_used", "seconds",
+                    "weight_spread", "rare_pos_uniform", "rare_pos_weighted", "rare_neg_uniform", "rare_neg_weighted",
+                    "neg_pos_weighted", "ratio_gap"});
   train_rl(policy, base, gen, data.train, algo, s.rl, seed, dev, [&](const step_metrics& m) {
     train.row({std::to_string(m.step), exact(m.reward), exact(m.entropy), exact(m.abs_kl), exact(m.distinct2),
                exact(m.self_bleu), exact(m.path_uniqueness), exact(m.loss), exact(m.clip_frac), exact(m.ppo_kl),
                exact(m.weight_mean), exact(m.weight_max), exact(m.cap_hits), exact(m.groups_used),
-               exact(m.seconds)});
+               exact(m.seconds), exact_or_empty(m.weight_spread), exact_or_empty(m.rare_pos_uniform),
+               exact_or_empty(m.rare_pos_weighted), exact_or_empty(m.rare_neg_uniform),
+               exact_or_empty(m.rare_neg_weighted), exact_or_empty(m.neg_pos_weighted), exact(m.ratio_gap)});
     std::printf("@step %d %d %.4f %.3f\n", m.step, s.rl.steps, m.reward, m.seconds);
     std::fflush(stdout);
   }, ranks.group());
@@ -296,7 +350,22 @@ running_job spawn_worker(const fs::path& out, const std::string& job, int thread
   return r;
 }
 
-int run_main(study_settings s, const fs::path& out, bool fresh_base) {
+// The plain summary at the end of the console output: every claim's verdict (the report has the
+// intervals, the method and the runs behind each).
+void print_verdicts(const std::vector<claim_result>& verdicts) {
+  std::printf("\nverdicts on the paper's claims (Δ in points, 95 %% bootstrap CI, Holm-adjusted p):\n");
+  for (const auto& v : verdicts) {
+    if (v.verdict == "not run") {
+      std::printf("  %-4s %-62s not run\n", v.c.id.c_str(), v.c.text.c_str());
+      continue;
+    }
+    const std::string p = std::isnan(v.p_adjusted) ? "  –  " : fixed(v.p_adjusted, 3);
+    std::printf("  %-4s %-62s Δ %+6.1f [%+6.1f, %+6.1f]  p %s  %s\n", v.c.id.c_str(), v.c.text.c_str(),
+                100 * v.delta, 100 * v.lo, 100 * v.hi, p.c_str(), v.verdict.c_str());
+  }
+}
+
+int run_main(study_settings s, const fs::path& out, bool fresh_base, bool report_only) {
   const auto t_start = clock_type::now();
   s.finalise();
   fs::create_directories(out / "cache");
@@ -308,9 +377,11 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   // One intra-op thread by default: on two cores shared with the workers (or other load), more
   // threads oversubscribe and run several times slower.
   set_threads(s.threads);
-  const torch::Device dev = device_of(s);
-  std::printf("reco ablation study (%s): %zu configurations x %d seeds, device %s, %d worker(s) of %d rank(s)\n",
-              s.mode.c_str(), s.config_names().size(), s.seeds, s.device.c_str(), s.workers, s.ranks);
+  (void)device_of(s);  // fails early on an unknown or unavailable device
+  std::printf("reco ablation study (%s): %zu configurations x %d base policies x %d seeds (GRPO, ReCo) / %d seeds "
+              "(others), device %s, %d worker(s) of %d rank(s)\n",
+              s.mode.c_str(), s.config_names().size(), s.bases, s.seeds, s.secondary_seeds, s.device.c_str(),
+              s.workers, s.ranks);
   std::printf("output: %s\n", fs::absolute(out).string().c_str());
 
   generator gen(s.task);
@@ -320,32 +391,37 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   std::printf("task: Countdown-%d, %zu held-out problems (%d common_only, %d both, %d rare_only), RL pool %zu\n",
               s.task.numbers, data.test.size(), cls[0], cls[1], cls[2], data.train.size());
 
-  // Base policy: cached by the settings that determine it.
-  const std::string base_path = base_model_path(out, s);
-  if (fresh_base || !fs::exists(base_path)) {
-    const auto t0 = clock_type::now();
-    transformer base = make_model(s, s.pretrain.seed);
-    base->to(dev);
-    std::printf("pretraining the base policy (%s, %d steps of %d demonstrations)\n", s.model.describe().c_str(),
-                s.pretrain.steps, s.pretrain.batch);
-    std::fflush(stdout);
-    pretrain(base, gen, s.pretrain, data.test_keys, dev, [&](int step, double loss) {
-      const double el = seconds_since(t0);
-      std::printf("  pretrain step %5d/%d  loss %.4f  %s elapsed, ~%s left\n", step, s.pretrain.steps, loss,
-                  duration_text(el).c_str(), duration_text(el / step * (s.pretrain.steps - step)).c_str());
-      std::fflush(stdout);
-    });
-    save_model(base, base_path);
-    std::printf("base policy cached: %s (%s)\n", base_path.c_str(), duration_text(seconds_since(t0)).c_str());
-  } else {
-    std::printf("base policy loaded from cache: %s\n", base_path.c_str());
+  if (report_only) {
+    // --report-only: the report from the runs already in <out>/runs (the settings given must be
+    // the ones they were run with).
+    const std::vector<claim_result> verdicts = write_report(out, s, data, 0.0);
+    print_verdicts(verdicts);
+    std::printf("report: %s\n", (out / "report.md").string().c_str());
+    return 0;
   }
-
-  // Jobs: the base evaluation first, then configuration x seed, seed-major so that an early
+  // Base policies: cached by the settings that determine them; the missing ones are pretrained
+  // by worker jobs, in parallel. A job that needs base b starts once b's file exists.
+  std::deque<std::string> pending;
+  for (int b = 1; b <= s.bases; ++b) {
+    const std::string path = base_model_path(out, s, b);
+    if (fresh_base && fs::exists(path)) fs::remove(path);
+    if (!fs::exists(path)) {
+      pending.push_back(job_name("pretrain", b));
+      std::printf("base policy %d: pretraining (%s, %d steps of %d demonstrations, seed %llu)\n", b,
+                  s.model.describe().c_str(), s.pretrain.steps, s.pretrain.batch,
+                  static_cast<unsigned long long>(base_settings(s, b).pretrain.seed));
+    } else {
+      std::printf("base policy %d: loaded from cache %s\n", b, path.c_str());
+    }
+  }
+  std::fflush(stdout);
+  // Then per base policy its evaluation and configuration x seed, seed-major so that an early
   // look at the runs directory already covers every configuration.
-  std::deque<std::string> pending = {"base"};
-  for (int seed = 1; seed <= s.seeds; ++seed)
-    for (const auto& c : s.config_names()) pending.push_back(c + "_s" + std::to_string(seed));
+  for (int b = 1; b <= s.bases; ++b) pending.push_back(job_name("base", b));
+  for (int seed = 1; seed <= std::max(s.seeds, s.secondary_seeds); ++seed)
+    for (int b = 1; b <= s.bases; ++b)
+      for (const auto& c : s.config_names())
+        if (seed <= s.seeds_of(c)) pending.push_back(job_name(c, b, static_cast<uint64_t>(seed)));
   const std::size_t total_jobs = pending.size();
   std::vector<running_job> running;
   std::vector<double> finished_train_jobs;  // durations
@@ -363,7 +439,7 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
       per_job /= finished_train_jobs.size();
     } else {
       for (const auto& r : running)
-        if (r.name != "base" && r.fraction > 0.02)
+        if (parse_job(r.name).config != "base" && parse_job(r.name).config != "pretrain" && r.fraction > 0.02)
           per_job = std::max(per_job, seconds_since(r.start) / r.fraction);
     }
     if (per_job <= 0) return -1.0;
@@ -375,9 +451,15 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
   };
 
   while ((!pending.empty() || !running.empty()) && !failed) {
-    while (!pending.empty() && static_cast<int>(running.size()) < s.workers) {
-      running.push_back(spawn_worker(out, pending.front(), s.threads));
-      pending.pop_front();
+    while (static_cast<int>(running.size()) < s.workers) {
+      // The first pending job whose base policy is ready (pretraining jobs always are).
+      auto it = std::find_if(pending.begin(), pending.end(), [&](const std::string& j) {
+        const job_id id = parse_job(j);
+        return id.config == "pretrain" || fs::exists(base_model_path(out, s, id.base));
+      });
+      if (it == pending.end()) break;
+      running.push_back(spawn_worker(out, *it, s.threads));
+      pending.erase(it);
     }
     std::vector<pollfd> pfds;
     for (const auto& r : running) pfds.push_back({r.fd, POLLIN, 0});
@@ -401,7 +483,7 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
             r.fraction = 0.6 * step / steps;  // evaluation takes roughly the remaining share
           } else if (line == "@phase eval") {
             r.training = false;
-            if (r.name != "base") r.fraction = 0.6;
+            if (parse_job(r.name).config != "base") r.fraction = 0.6;
           } else if (line != "@done") {
             r.tail.push_back(line);
             if (r.tail.size() > 20) r.tail.erase(r.tail.begin());
@@ -420,7 +502,8 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
         for (const auto& l : r.tail) failure += "  " + l + "\n";
       } else {
         ++done;
-        if (r.name != "base") finished_train_jobs.push_back(took);
+        const std::string kind = parse_job(r.name).config;
+        if (kind != "base" && kind != "pretrain") finished_train_jobs.push_back(took);
         std::printf("[%zu/%zu] %-22s finished in %s\n", done, total_jobs, r.name.c_str(), duration_text(took).c_str());
         std::fflush(stdout);
       }
@@ -433,7 +516,10 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
       std::string line;
       for (const auto& r : running) {
         char b[160];
-        if (r.name == "base" || !r.training)
+        const std::string kind = parse_job(r.name).config;
+        if (kind == "pretrain")
+          std::snprintf(b, sizeof b, "%s: step %d/%d", r.name.c_str(), r.step, s.pretrain.steps);
+        else if (kind == "base" || !r.training)
           std::snprintf(b, sizeof b, "%s: evaluating", r.name.c_str());
         else
           std::snprintf(b, sizeof b, "%s: step %d/%d reward %.3f", r.name.c_str(), r.step, s.rl.steps, r.reward);
@@ -456,7 +542,8 @@ int run_main(study_settings s, const fs::path& out, bool fresh_base) {
     return 1;
   }
   std::printf("all runs finished in %s; writing the report\n", duration_text(seconds_since(t_jobs)).c_str());
-  write_report(out, s, data, seconds_since(t_start));
+  const std::vector<claim_result> verdicts = write_report(out, s, data, seconds_since(t_start));
+  print_verdicts(verdicts);
   std::printf("report: %s\n", (out / "report.md").string().c_str());
   return 0;
 }
@@ -469,7 +556,7 @@ int main(int argc, char** argv) {
     study_settings s;
     fs::path out = "results";
     std::string worker_job;
-    bool fresh_base = false;
+    bool fresh_base = false, report_only = false;
     std::vector<std::pair<std::string, std::string>> sets;
     std::string mode = "default";
     std::map<std::string, std::string> direct;
@@ -487,9 +574,14 @@ int main(int argc, char** argv) {
       else if (a == "--workers") direct["workers"] = value();
       else if (a == "--threads") direct["threads"] = value();
       else if (a == "--ranks") direct["ranks"] = value();
-      else if (a == "--seeds") direct["seeds"] = value();
+      else if (a == "--seeds") {
+        // --seeds N: N seeds for every configuration (secondary_seeds can be set apart with --set).
+        direct["seeds"] = value();
+        direct["secondary_seeds"] = direct["seeds"];
+      } else if (a == "--bases") direct["bases"] = value();
       else if (a == "--configs") direct["configs"] = value();
       else if (a == "--fresh-base") fresh_base = true;
+      else if (a == "--report-only") report_only = true;
       else if (a == "--set") {
         const std::string kv = value();
         const auto eq = kv.find('=');
@@ -498,8 +590,10 @@ int main(int argc, char** argv) {
       } else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: reco_ablation [--out DIR] [--full | --smoke] [--device cpu|cuda] [--workers N]\n"
-            "                     [--threads N] [--ranks N] [--seeds N] [--configs a,b,...] [--set key=value]...\n"
-            "                     [--fresh-base]\n"
+            "                     [--threads N] [--ranks N] [--bases N] [--seeds N] [--configs a,b,...]\n"
+            "                     [--set key=value]...\n"
+            "                     [--fresh-base] [--report-only]\n"
+            "--report-only: rewrite the report from the runs already in --out (same settings)\n"
             "--ranks N: every training job runs as N data-parallel processes (Gloo, CPU)\n"
             "settings keys: see <out>/settings.txt after a run\n");
         return 0;
@@ -519,7 +613,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--ranks > 1 runs on --device cpu (planned steps take CPU tensors)");
     if (s.ranks > 1 && !ranks_available())
       throw std::invalid_argument("--ranks > 1 needs a build with Gloo's headers (Debian: libgloo-dev)");
-    return run_main(s, out, fresh_base);
+    return run_main(s, out, fresh_base, report_only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reco_ablation: %s\n", e.what());
     return 1;

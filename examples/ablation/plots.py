@@ -3,8 +3,8 @@
 
     python3 plots.py RESULTS_DIR
 
-Reads pass_at_k.csv, training_dynamics.csv, token_variance.csv and base_likelihood_kde.csv;
-writes PNG files under RESULTS_DIR/plots/. Needs matplotlib only (no numpy code of its own).
+Reads pass_at_k.csv, pass_at_k_runs.csv, delta_vs_grpo.csv, training_dynamics.csv,
+token_variance.csv and base_likelihood_kde.csv; writes PNG files under RESULTS_DIR/plots/. Needs matplotlib only (no numpy code of its own).
 """
 import csv
 import os
@@ -45,6 +45,16 @@ def label_of(rows, config):
     return STYLE.get(config, (config,))[0]
 
 
+def k_axis(ax, ks):
+    """A log2 k axis labelled with the k values themselves (1, 2, 4, ..., 256)."""
+    ax.set_xscale("log", base=2)
+    ks = sorted(set(ks))
+    ax.set_xticks(ks)
+    ax.set_xticklabels([str(k) for k in ks], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("k")
+
+
 def pass_at_k(out, plots):
     rows = read(os.path.join(out, "pass_at_k.csv"))
     subsets = [s for s in ["all", "common_only", "both", "rare_only"] if any(r["subset"] == s for r in rows)]
@@ -61,13 +71,12 @@ def pass_at_k(out, plots):
             ax.plot(ks, m, ls, color=color, marker="o", ms=3, label=name)
             if config != "base":
                 ax.fill_between(ks, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=color, alpha=0.15)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("k (log scale)")
+        k_axis(ax, [int(r["k"]) for r in rows if r["subset"] == sub])
         ax.set_ylabel("Pass@k (%)")
         ax.set_title(SUBSET_TITLE.get(sub, sub), fontsize=10)
         ax.grid(alpha=0.3)
     legend(axes[0][0], loc="lower right")
-    fig.suptitle("Pass@k on held-out problems (mean ± std over seeds)")
+    fig.suptitle("Pass@k on held-out problems (mean ± std over runs: base policies × seeds)")
     fig.tight_layout()
     fig.savefig(os.path.join(plots, "pass_at_k.png"), dpi=110)
     plt.close(fig)
@@ -89,14 +98,110 @@ def pass_at_k(out, plots):
             color, ls, marker = palette[j % len(palette)], ("--" if config.endswith("reco") else ":"), "s^vD<>px"[j]
         ax.plot([int(r["k"]) for r in pts], [100 * fnum(r["mean"]) for r in pts], ls, color=color, marker=marker,
                 ms=4, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (log scale)")
+    k_axis(ax, [int(r["k"]) for r in rows if r["subset"] == "all"])
     ax.set_ylabel("Pass@k (%), all held-out problems")
     ax.set_title("Pass@k of every configuration (mean over seeds)")
     ax.grid(alpha=0.3)
     legend(ax, fontsize=8, ncol=2, loc="lower right")
     fig.tight_layout()
     fig.savefig(os.path.join(plots, "pass_at_k_all_configs.png"), dpi=110)
+    plt.close(fig)
+
+
+def delta_vs_grpo(out, plots):
+    """Δ Pass@k against GRPO by k, with the hierarchical-bootstrap 95 % intervals."""
+    path = os.path.join(out, "delta_vs_grpo.csv")
+    if not os.path.exists(path):
+        return
+    rows = read(path)
+    subsets = [s for s in ["all", "rare_only"] if any(r["subset"] == s for r in rows)]
+    if not subsets:
+        return
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#555555",
+               "#000000"]
+    configs = []
+    for r in rows:
+        if r["config"] not in configs:
+            configs.append(r["config"])
+    fig, axes = plt.subplots(1, len(subsets), figsize=(6.5 * len(subsets), 4.4), squeeze=False)
+    for ax, sub in zip(axes[0], subsets):
+        for i, config in enumerate(configs):
+            pts = [r for r in rows if r["config"] == config and r["subset"] == sub]
+            if not pts:
+                continue
+            ks = [int(r["k"]) for r in pts]
+            color = STYLE[config][1] if config in STYLE else palette[i % len(palette)]
+            ls = "--" if config == "base" else "-"
+            ax.plot(ks, [100 * fnum(r["delta"]) for r in pts], ls, color=color, marker="o", ms=3,
+                    label=STYLE.get(config, (config,))[0] if config in STYLE else config)
+            if config in ("reco", "base"):
+                ax.fill_between(ks, [100 * fnum(r["ci_low"]) for r in pts], [100 * fnum(r["ci_high"]) for r in pts],
+                                color=color, alpha=0.15)
+        ax.axhline(0, color="#d62728", lw=1)
+        k_axis(ax, [int(r["k"]) for r in rows if r["subset"] == sub])
+        ax.set_ylabel("Δ Pass@k vs GRPO (points)")
+        ax.set_title(SUBSET_TITLE.get(sub, sub) + " (bands: 95 % CI, ReCo and Base)", fontsize=10)
+        ax.grid(alpha=0.3)
+    legend(axes[0][0], fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots, "delta_vs_grpo.png"), dpi=110)
+    plt.close(fig)
+
+
+def per_run_curves(out, plots):
+    """Every run's Pass@k (all problems): the seed and base-policy spread behind the means."""
+    path = os.path.join(out, "pass_at_k_runs.csv")
+    if not os.path.exists(path):
+        return
+    rows = [r for r in read(path) if r["subset"] == "all"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for config in ["base", "grpo", "reco"]:
+        runs = sorted({(r["base"], r["seed"]) for r in rows if r["config"] == config})
+        name, color, ls = STYLE[config]
+        for j, (b, seed) in enumerate(runs):
+            pts = [r for r in rows if r["config"] == config and r["base"] == b and r["seed"] == seed]
+            ax.plot([int(r["k"]) for r in pts], [100 * fnum(r["pass_at_k"]) for r in pts], ls, color=color,
+                    lw=1.6 if config == "base" else 0.8, alpha=0.9 if config == "base" else 0.5,
+                    label=name if j == 0 else None)
+    k_axis(ax, [int(r["k"]) for r in rows])
+    ax.set_ylabel("Pass@k (%), all held-out problems")
+    ax.set_title("Every run (thin: one RL seed; dashed: each base policy)", fontsize=10)
+    ax.grid(alpha=0.3)
+    legend(ax, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots, "pass_at_k_runs.png"), dpi=110)
+    plt.close(fig)
+
+
+def by_class(out, plots):
+    """Pass@64 (or the largest k below it) of every configuration, per problem class."""
+    rows = read(os.path.join(out, "pass_at_k.csv"))
+    ks = sorted({int(r["k"]) for r in rows})
+    k = max([x for x in ks if x <= 64] or ks)
+    classes = [c for c in ["common_only", "both", "rare_only", "all"] if any(r["subset"] == c for r in rows)]
+    configs = []
+    for r in rows:
+        if r["config"] not in configs:
+            configs.append(r["config"])
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(configs) + 3), 4.4))
+    width = 0.8 / max(1, len(classes))
+    colors = {"common_only": "#2ca02c", "both": "#9467bd", "rare_only": "#ff7f0e", "all": "#555555"}
+    for i, cls in enumerate(classes):
+        vals, errs = [], []
+        for config in configs:
+            r = next((r for r in rows if r["config"] == config and r["subset"] == cls and int(r["k"]) == k), None)
+            vals.append(100 * fnum(r["mean"]) if r else float("nan"))
+            errs.append(100 * fnum(r["std"]) if r else 0)
+        xs = [j + (i - (len(classes) - 1) / 2) * width for j in range(len(configs))]
+        ax.bar(xs, vals, width, yerr=errs, capsize=2, color=colors[cls], alpha=0.85, label=cls)
+    ax.set_xticks(range(len(configs)))
+    ax.set_xticklabels([label_of(rows, c) for c in configs], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("Pass@%d (%%)" % k)
+    ax.set_title("Pass@%d by problem class (error bars: std over runs)" % k, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    legend(ax, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots, "pass_at_k_by_class.png"), dpi=110)
     plt.close(fig)
 
 
@@ -202,6 +307,9 @@ def main():
     plots = os.path.join(out, "plots")
     os.makedirs(plots, exist_ok=True)
     pass_at_k(out, plots)
+    delta_vs_grpo(out, plots)
+    per_run_curves(out, plots)
+    by_class(out, plots)
     training_dynamics(out, plots)
     kde(out, plots)
     token_variance(out, plots)

@@ -22,6 +22,7 @@
 #include "io.hpp"
 #include "rl.hpp"
 #include "settings.hpp"
+#include "stats.hpp"
 
 #ifndef RECO_ABLATION_PLOTS
 #define RECO_ABLATION_PLOTS "examples/ablation/plots.py"
@@ -61,7 +62,9 @@ inline const std::vector<std::string>& subsets() {
 // Everything read back from one run directory.
 struct run_data {
   std::string config;  // "base" or an algorithm name
-  int seed = 0;
+  int base = 1;        // base policy (pretraining seed index)
+  int seed = 0;        // RL seed (0 for a base policy's own evaluation)
+  std::vector<int64_t> samples, correct;  // per held-out problem
   std::map<std::string, std::vector<double>> pass;  // subset -> pass@k for ks()
   std::map<std::string, double> distinct_correct;   // subset -> mean distinct correct responses per problem
   std::map<std::string, double> rare_share;         // subset -> share of correct samples using - or /
@@ -70,6 +73,7 @@ struct run_data {
   std::array<double, 3> token_variance{};
   std::array<double, 3> token_variance_se{};
   std::vector<double> base_likelihood;
+  std::vector<int> base_likelihood_problem;
   csv_table train;  // empty for the base policy
 };
 
@@ -79,11 +83,17 @@ inline std::vector<int64_t> pass_ks(int samples) {
   return ks;
 }
 
-inline run_data read_run(const std::filesystem::path& dir, const std::string& config, int seed, int samples) {
+inline run_data read_run(const std::filesystem::path& dir, const std::string& config, int base, int seed,
+                         int samples) {
   run_data r;
   r.config = config;
+  r.base = base;
   r.seed = seed;
   const csv_table ev = read_csv((dir / "eval.csv").string());
+  for (std::size_t i = 0; i < ev.rows.size(); ++i) {
+    r.samples.push_back(static_cast<int64_t>(ev.number(i, "samples")));
+    r.correct.push_back(static_cast<int64_t>(ev.number(i, "correct")));
+  }
   const auto ks = pass_ks(samples);
   for (const auto& sub : subsets()) {
     std::vector<int64_t> ns, cs;
@@ -114,7 +124,10 @@ inline run_data read_run(const std::filesystem::path& dir, const std::string& co
     r.token_variance_se[i] = tv.number(i, "standard_error");
   }
   const csv_table bl = read_csv((dir / "base_likelihood.csv").string());
-  for (std::size_t i = 0; i < bl.rows.size(); ++i) r.base_likelihood.push_back(bl.number(i, "mean_base_logp"));
+  for (std::size_t i = 0; i < bl.rows.size(); ++i) {
+    r.base_likelihood.push_back(bl.number(i, "mean_base_logp"));
+    r.base_likelihood_problem.push_back(static_cast<int>(bl.number(i, "problem")));
+  }
   if (std::filesystem::exists(dir / "train.csv")) r.train = read_csv((dir / "train.csv").string());
   return r;
 }
@@ -147,11 +160,16 @@ class study_results {
  public:
   study_results(const std::filesystem::path& out, study_settings& s) : ks_(pass_ks(s.eval.samples)) {
     configs_.push_back("base");
-    runs_["base"].push_back(read_run(out / "runs" / "base", "base", 0, s.eval.samples));
+    for (int b = 1; b <= s.bases; ++b)
+      runs_["base"].push_back(
+          read_run(out / "runs" / ("base_b" + std::to_string(b)), "base", b, 0, s.eval.samples));
     for (const auto& c : s.config_names()) {
+      if (s.seeds_of(c) < 1) continue;  // --seeds 0: the base policies only
       configs_.push_back(c);
-      for (int seed = 1; seed <= s.seeds; ++seed)
-        runs_[c].push_back(read_run(out / "runs" / (c + "_s" + std::to_string(seed)), c, seed, s.eval.samples));
+      for (int b = 1; b <= s.bases; ++b)
+        for (int seed = 1; seed <= s.seeds_of(c); ++seed)
+          runs_[c].push_back(read_run(out / "runs" / (c + "_b" + std::to_string(b) + "_s" + std::to_string(seed)), c,
+                                      b, seed, s.eval.samples));
     }
   }
 
@@ -240,7 +258,40 @@ inline std::string compare_words(double delta, double noise) {
   return delta > 0 ? "above" : "below";
 }
 
-inline void write_report(const std::filesystem::path& out, study_settings& s, const study_data& data,
+// Every run's Pass@k per held-out problem, for the statistics (stats.hpp).
+inline std::vector<stat_run> runs_at_k(const study_results& res, int64_t k) {
+  std::vector<stat_run> out;
+  for (const auto& c : res.configs())
+    for (const auto& r : res.runs(c)) {
+      stat_run sr;
+      sr.config = c;
+      sr.base = r.base;
+      for (std::size_t p = 0; p < r.samples.size(); ++p)
+        sr.pass.push_back(reco::eval::pass_at_k(r.samples[p], r.correct[p], std::min<int64_t>(k, r.samples[p])));
+      out.push_back(std::move(sr));
+    }
+  return out;
+}
+
+// The problem indices of a subset ("all" or a class name) and their classes (the strata).
+inline std::pair<std::vector<int>, std::vector<int>> subset_indices(const study_data& data, const std::string& sub) {
+  std::vector<int> idx, strata;
+  for (std::size_t p = 0; p < data.test.size(); ++p)
+    if (sub == "all" || class_name(data.test[p].cls) == sub) {
+      idx.push_back(static_cast<int>(p));
+      strata.push_back(static_cast<int>(data.test[p].cls));
+    }
+  return {idx, strata};
+}
+
+constexpr int bootstrap_replicates = 2000;
+constexpr uint64_t bootstrap_seed = 20261124;
+
+inline std::string percent_points(double v, int digits = 1) {
+  return std::isnan(v) ? "–" : ((v >= 0 ? "+" : "") + fixed(100.0 * v, digits));
+}
+
+inline std::vector<claim_result> write_report(const std::filesystem::path& out, study_settings& s, const study_data& data,
                          double study_seconds) {
   namespace fs = std::filesystem;
   const study_results res(out, s);
@@ -252,12 +303,12 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
 
   // ---- CSV files -----------------------------------------------------------------------------
   {
-    csv_writer w((out / "pass_at_k_runs.csv").string(), {"config", "seed", "subset", "k", "pass_at_k"});
+    csv_writer w((out / "pass_at_k_runs.csv").string(), {"config", "base", "seed", "subset", "k", "pass_at_k"});
     for (const auto& c : res.configs())
       for (const auto& r : res.runs(c))
         for (const auto& [sub, v] : r.pass)
           for (std::size_t j = 0; j < ks.size(); ++j)
-            w.row({c, std::to_string(r.seed), sub, std::to_string(ks[j]), exact(v[j])});
+            w.row({c, std::to_string(r.base), std::to_string(r.seed), sub, std::to_string(ks[j]), exact(v[j])});
   }
   {
     csv_writer w((out / "pass_at_k.csv").string(),
@@ -271,19 +322,21 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
           w.row({c, label_of(c), sub, std::to_string(k), exact(v.mean), exact(v.std), std::to_string(v.n), exact(d)});
         }
   }
-  const std::vector<std::string> train_metrics = {"reward", "entropy", "abs_kl", "distinct2", "self_bleu", "loss",
-                                                  "path_uniqueness", "clip_frac", "ppo_kl", "weight_mean",
-                                                  "weight_max", "cap_hits", "groups_used"};
+  const std::vector<std::string> train_metrics = {
+      "reward",          "entropy",          "abs_kl",           "distinct2",        "self_bleu",
+      "loss",            "path_uniqueness",  "clip_frac",        "ppo_kl",           "weight_mean",
+      "weight_max",      "cap_hits",         "groups_used",      "weight_spread",    "rare_pos_uniform",
+      "rare_pos_weighted", "rare_neg_uniform", "rare_neg_weighted", "neg_pos_weighted", "ratio_gap"};
   {
     csv_writer w((out / "training_dynamics_runs.csv").string(), [&] {
-      std::vector<std::string> hh = {"config", "seed", "step"};
+      std::vector<std::string> hh = {"config", "base", "seed", "step"};
       hh.insert(hh.end(), train_metrics.begin(), train_metrics.end());
       return hh;
     }());
     for (const auto& c : res.configs())
       for (const auto& r : res.runs(c))
         for (std::size_t i = 0; i < r.train.rows.size(); ++i) {
-          std::vector<std::string> row = {c, std::to_string(r.seed), r.train.text(i, "step")};
+          std::vector<std::string> row = {c, std::to_string(r.base), std::to_string(r.seed), r.train.text(i, "step")};
           for (const auto& m : train_metrics) row.push_back(r.train.text(i, m));
           w.row(row);
         }
@@ -363,6 +416,45 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
     }
   }
 
+  // Verdicts: the statistics fixed in advance (stats.hpp, docs/ablation.md).
+  std::vector<claim_result> verdicts;
+  {
+    std::map<int64_t, std::vector<stat_run>> cache;
+    auto runs_for = [&](int64_t k) -> const std::vector<stat_run>& {
+      auto it = cache.find(k);
+      if (it == cache.end()) it = cache.emplace(k, runs_at_k(res, k)).first;
+      return it->second;
+    };
+    verdicts = evaluate_claims(
+        paper_claims(kmax), [&](int64_t k) { return runs_for(k); },
+        [&](const std::string& sub) { return subset_indices(data, sub); }, bootstrap_replicates, bootstrap_seed);
+    csv_writer w((out / "verdicts.csv").string(),
+                 {"id", "claim", "treatment", "control", "subset", "k", "family", "delta", "ci_low", "ci_high", "se",
+                  "p", "p_holm", "base_policies", "runs_treatment", "runs_control", "verdict"});
+    for (const auto& v : verdicts)
+      w.row({v.c.id, v.c.text, v.c.treatment, v.c.control, v.c.subset, std::to_string(v.c.k),
+             v.c.primary ? "primary" : "secondary", exact(v.delta), exact(v.lo), exact(v.hi), exact(v.se), exact(v.p),
+             exact(v.p_adjusted), std::to_string(v.bases), std::to_string(v.runs_treatment),
+             std::to_string(v.runs_control), v.verdict});
+    // Δ against GRPO at every k, with the same bootstrap (the plots' confidence bands).
+    if (have_grpo) {
+      csv_writer d((out / "delta_vs_grpo.csv").string(), {"config", "subset", "k", "delta", "ci_low", "ci_high"});
+      for (const auto& c : res.configs()) {
+        if (c == "grpo") continue;
+        for (const std::string sub : {"all", "rare_only"})
+          for (int64_t k : ks) {
+            auto [idx, strata] = subset_indices(data, sub);
+            if (idx.empty()) continue;
+            claim cl{"", "", c, "grpo", sub, k, claim::kind::greater, false};
+            hierarchical_bootstrap boot(runs_for(k), idx, strata, bootstrap_replicates / 2, bootstrap_seed);
+            const claim_result r = boot.evaluate(cl);
+            if (r.verdict == "not run") continue;
+            d.row({c, sub, std::to_string(k), exact(r.delta), exact(r.lo), exact(r.hi)});
+          }
+      }
+    }
+  }
+
   // ---- Plots (from the CSV files above) -------------------------------------------------------
   // The first interpreter that has matplotlib: $RECO_ABLATION_PYTHON, python3 on the PATH, or the
   // system's /usr/bin/python3 (where Debian's python3-matplotlib lives when PATH has another one).
@@ -389,8 +481,10 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
   std::array<int, 3> cls{};
   for (const auto& p : data.test) ++cls[static_cast<int>(p.cls)];
   md << "# ReCo ablation study: results\n\n";
-  md << "Generated by `reco_ablation` (" << s.mode << " settings, device " << s.device << ", " << s.seeds
-     << " seed(s) per configuration, study wall time " << duration_text(study_seconds)
+  md << "Generated by `reco_ablation` (" << s.mode << " settings, device " << s.device << ", RL lr " << s.rl.lr
+     << ", " << s.rl.epochs << " PPO epoch(s), " << s.bases
+     << " base polic" << (s.bases == 1 ? "y" : "ies") << " × " << s.seeds << " seed(s) for GRPO and ReCo, × "
+     << s.secondary_seeds << " for the other configurations, study wall time " << duration_text(study_seconds)
      << "). Every number below is also in the CSV files of this directory (rounded here for display); "
         "the settings are in `settings.txt`; the task, the method and a discussion are in `docs/ablation.md`.\n\n";
   md << "**Setting.** Countdown-" << s.task.numbers << " (numbers 1–" << s.task.max_input
@@ -406,18 +500,43 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
      << " held-out problems (" << cls[0] << " common_only, " << cls[1] << " both, " << cls[2]
      << " rare_only), n = " << s.eval.samples << " samples each at temperature " << s.eval.temperature
      << ", top-p " << s.eval.top_p << "; Pass@k by the unbiased estimator (reco::eval::pass_at_k_curve), "
-        "verifier: the task's exact expression checker (countdown.hpp). ± is the standard deviation over seeds; the base policy "
-        "is evaluated once.\n\n";
+        "verifier: the task's exact expression checker (countdown.hpp). ± is the standard deviation over the runs "
+        "(base policies × seeds); each base policy is evaluated once.\n\n";
   md << "Problem classes: *common_only* problems are solvable with + and × alone, *both* admit solutions "
         "with and without − or ÷, *rare_only* problems need − or ÷ (the strategies the base policy rarely "
-        "uses). The pretraining corpus and the RL prompt pool keep a sampled rare_only problem with "
-        "probability "
-     << s.pretrain.class_accept[2] << " and " << s.train_accept[2]
-     << " (the other classes always), so rare strategies are needed rarely during "
-        "training; the RL pool has "
+        "uses). The pretraining corpus keeps a sampled rare_only problem with probability "
+     << s.pretrain.class_accept[2] << " and the RL prompt pool with probability " << s.train_accept[2]
+     << " (the other classes always); the RL pool has "
      << s.train_problems << " problems, each seen about "
      << fixed(static_cast<double>(s.rl.steps) * s.rl.prompts / std::max(1, s.train_problems), 1)
      << " times. Test problems (and their permutations) never appear in pretraining or RL.\n\n";
+
+  {
+    md << "## Verdicts on the paper's claims\n\n"
+          "Fixed before the results were seen (docs/ablation.md, \"Pre-registered design\"). Δ is the "
+          "treatment's Pass@k minus the control's in points, paired by base policy (mean over base policies of "
+          "the difference of seed means). The 95 % interval and the two-sided p come from a hierarchical "
+          "bootstrap (" << bootstrap_replicates << " replicates: base policies, then seeds within each, then "
+          "problems within their class, all with replacement). p is Holm-adjusted within its family (the two "
+          "primary endpoints; the secondary claims). A directional claim is *shown* when the adjusted p < 0.05 "
+          "with Δ of the claimed sign and *contradicted* when it is < 0.05 with the other sign; S3 is a "
+          "non-inferiority claim (shown when the whole interval lies above −2 points). MDE is the smallest Δ "
+          "this design detects with 80 % power (2.8 × the bootstrap SE).\n\n";
+    md_table t({"", "claim", "Δ (pts)", "95 % CI", "p (Holm)", "MDE", "runs", "verdict"});
+    for (const auto& v : verdicts) {
+      if (v.verdict == "not run") {
+        t.row({v.c.id, v.c.text, "–", "–", "–", "–", "–", "not run"});
+        continue;
+      }
+      const std::string p = v.c.direction == claim::kind::not_worse ? std::string("–") : fixed(v.p_adjusted, 3);
+      t.row({v.c.id + (v.c.primary ? " (primary)" : ""), v.c.text, percent_points(v.delta),
+             "[" + percent_points(v.lo) + ", " + percent_points(v.hi) + "]", p, fixed(100.0 * 2.8 * v.se, 1),
+             std::to_string(v.runs_treatment) + " vs " + std::to_string(v.runs_control) + " (" +
+                 std::to_string(v.bases) + " base)",
+             "**" + v.verdict + "**"});
+    }
+    md << t.str() << "\n";
+  }
 
   // Headline.
   md << "## Headline: Base, GRPO and ReCo\n\n";
@@ -556,6 +675,45 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
        << t.str() << "\n";
   }
 
+  md << "## The mechanism, logged during training\n\n";
+  {
+    // Mean over every step of every run, steps where a metric is undefined skipped.
+    auto over_steps = [&](const std::string& c, const std::string& m) {
+      return res.over_seeds(c, [&](const run_data& r) {
+        if (r.train.rows.empty() || !r.train.has(m)) return std::numeric_limits<double>::quiet_NaN();
+        double sum = 0;
+        int n = 0;
+        for (std::size_t i = 0; i < r.train.rows.size(); ++i) {
+          const double v = r.train.number(i, m);
+          if (std::isnan(v)) continue;
+          sum += v;
+          ++n;
+        }
+        return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
+      });
+    };
+    md_table t({"Method", "w spread among correct", "rare share of + mass: uniform → w", "rare share of − mass: uniform → w",
+                "− / + mass with w", "\\|v − r\\| per token", "cap hits / step"});
+    for (const auto& c : res.configs()) {
+      if (c == "base") continue;
+      t.row({label_of(c), num(over_steps(c, "weight_spread"), 3),
+             num(over_steps(c, "rare_pos_uniform"), 3) + " → " + num(over_steps(c, "rare_pos_weighted"), 3),
+             num(over_steps(c, "rare_neg_uniform"), 3) + " → " + num(over_steps(c, "rare_neg_weighted"), 3),
+             num(over_steps(c, "neg_pos_weighted"), 3), num(over_steps(c, "ratio_gap"), 5),
+             num(over_steps(c, "cap_hits"), 2)});
+    }
+    md << "Per RL step, on the rollouts trained on, whatever the configuration (so GRPO's row shows what ReCo's "
+          "weight would have done to GRPO's rollouts): w = min(10, 1/(G·π̄_old)) is ReCo's expected-count weight "
+          "and A the GRPO advantage. *w spread*: median over groups with at least two correct responses of the "
+          "largest over the smallest w among them (1 = the weight cannot tell them apart). *Rare share of + "
+          "mass*: the part of Σ A over A > 0 (uniform) or Σ w·A (ReCo) that goes to responses using − or ÷; "
+          "*of − mass* the same for the push-down on A < 0. *− / + mass*: Σ w·|A| over A < 0 divided by Σ w·A "
+          "over A > 0 (exactly 1 with uniform weights). *|v − r|*: mean over the updates' policy tokens of the "
+          "distance between the variance ratio p(1−p)/(p_old(1−p_old)) and the standard ratio p/p_old (0 on "
+          "policy). Means over steps, then mean ± std over runs.\n\n"
+       << t.str() << "\n";
+  }
+
   md << "## Token variance by position (paper: token-variance figure)\n\n";
   {
     md_table t({"Method", "early (0–33%)", "middle (33–66%)", "late (66–100%)"});
@@ -606,11 +764,57 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
           "base already favours.\n\n"
        << t.str() << "\n";
   }
+  // Within-problem Figure 1: on each held-out problem, the base likelihood of a policy's correct
+  // responses against that of its own base policy's correct responses (same problem, same base).
+  {
+    csv_writer w((out / "base_likelihood_by_problem.csv").string(),
+                 {"config", "base", "problem", "policy_mean_logp", "base_mean_logp", "delta"});
+    md_table t({"Policy", "problem × base pairs", "mean Δ (nats/token)", "share with Δ > 0"});
+    for (const auto& c : res.configs()) {
+      if (c == "base") continue;
+      double sum = 0;
+      int pairs = 0, positive = 0;
+      for (const auto& ref : res.runs("base")) {
+        std::map<int, std::pair<double, int>> own, theirs;
+        for (std::size_t i = 0; i < ref.base_likelihood.size(); ++i) {
+          auto& a = own[ref.base_likelihood_problem[i]];
+          a.first += ref.base_likelihood[i];
+          ++a.second;
+        }
+        for (const auto& r : res.runs(c)) {
+          if (r.base != ref.base) continue;
+          for (std::size_t i = 0; i < r.base_likelihood.size(); ++i) {
+            auto& a = theirs[r.base_likelihood_problem[i]];
+            a.first += r.base_likelihood[i];
+            ++a.second;
+          }
+        }
+        for (const auto& [problem, v] : theirs) {
+          const auto it = own.find(problem);
+          if (it == own.end()) continue;
+          const double mp = v.first / v.second, mb = it->second.first / it->second.second;
+          w.row({c, std::to_string(ref.base), std::to_string(problem), exact(mp), exact(mb), exact(mp - mb)});
+          sum += mp - mb;
+          positive += mp > mb ? 1 : 0;
+          ++pairs;
+        }
+      }
+      if (pairs > 0)
+        t.row({label_of(c), std::to_string(pairs), fixed(sum / pairs, 4), fixed(100.0 * positive / pairs, 1) + " %"});
+    }
+    md << "Within each problem: Δ = mean base log-probability per token of the policy's correct responses minus "
+          "that of the base policy's own correct responses on the same problem (same base policy, seeds pooled; "
+          "problems where both have a correct response in the scored subsample). Δ > 0: the policy's correct "
+          "answers are ones its base already favoured (the paper's concentration).\n\n"
+       << t.str() << "\n";
+  }
 
   md << "## Figures\n\n";
   const bool plotted = fs::exists(out / "plots" / "pass_at_k.png");
   if (plotted) {
-    md << "![Pass@k](plots/pass_at_k.png)\n\n![Pass@k, every configuration](plots/pass_at_k_all_configs.png)\n\n"
+    md << "![Pass@k](plots/pass_at_k.png)\n\n![Δ vs GRPO by k, with 95 % intervals](plots/delta_vs_grpo.png)\n\n"
+          "![Every run](plots/pass_at_k_runs.png)\n\n![Pass@64 by class](plots/pass_at_k_by_class.png)\n\n"
+          "![Pass@k, every configuration](plots/pass_at_k_all_configs.png)\n\n"
           "![Training dynamics](plots/training_dynamics.png)\n\n![Base likelihood KDE](plots/base_likelihood_kde.png)\n\n"
           "![Token variance](plots/token_variance.png)\n\n";
   } else {
@@ -625,10 +829,14 @@ inline void write_report(const std::filesystem::path& out, study_settings& s, co
         "| `token_variance.csv` | p(1 − p) by position segment |\n"
         "| `coverage.csv` | distinct correct responses, rare-operation share, solved share |\n"
         "| `base_likelihood_kde.csv` | the KDE curves of Figure 1 |\n"
-        "| `runs/<config>_s<seed>/` | raw per-run outputs (per-problem correct counts, per-step CSV) |\n"
+        "| `base_likelihood_by_problem.csv` | Figure 1 within each problem: policy vs base, per base policy |\n"
+        "| `verdicts.csv` | the claims, their Δ, bootstrap intervals, p-values and verdicts |\n"
+        "| `delta_vs_grpo.csv` | Δ against GRPO at every k with bootstrap intervals (all, rare_only) |\n"
+        "| `runs/<config>_b<base>_s<seed>/` | raw per-run outputs (per-problem correct counts, per-step CSV) |\n"
         "| `settings.txt` | every setting of this run |\n";
   std::ofstream f(out / "report.md");
   f << md.str();
+  return verdicts;
 }
 
 }  // namespace ablation

@@ -4,13 +4,16 @@
 // LibTorch adapter.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <functional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -68,7 +71,8 @@ struct rl_config {
   int prompts = 32;        // prompts per rollout batch
   int group = 8;           // G rollouts per prompt
   int minibatches = 4;     // PPO mini-batches per rollout batch (= optimiser steps)
-  double lr = 1e-4;
+  int epochs = 2;          // PPO epochs: passes over the rollout batch, each in `minibatches` steps
+  double lr = 2e-5;        // chosen on GRPO and the base only (docs/ablation.md, design log)
   double weight_decay = 0.01;
   double grad_clip = 1.0;
   double temperature = 1.0;  // rollouts: temperature 1.0, top-p 1.0 (the paper's setting)
@@ -91,6 +95,16 @@ struct step_metrics {
   double cap_hits = 0;         // responses whose ReCo weight hit the cap (sum over mini-batches)
   double groups_used = 0;      // groups trained on (DAPO: after the filter)
   double seconds = 0;
+  // The mechanism, on the step's trained rollouts whatever the configuration: w = min(10,
+  // 1/(G pbar_old)) is ReCo's expected-count weight, A the GRPO advantage of the (shaped) rewards.
+  double weight_spread = NaN;      // median over groups with >= 2 correct: max w / min w among the correct
+  double rare_pos_uniform = NaN;   // share of the positive mass sum(A) over A > 0 on rare-strategy responses
+  double rare_pos_weighted = NaN;  // the same for sum(w A)
+  double rare_neg_uniform = NaN;   // share of the negative mass sum(|A|) over A < 0 on responses using - or /
+  double rare_neg_weighted = NaN;  // the same for sum(w |A|)
+  double neg_pos_weighted = NaN;   // sum(w |A|) over A < 0 / sum(w A) over A > 0 (uniform weights: 1)
+  double ratio_gap = 0;            // mean |v - r| over the updates' policy tokens: variance vs standard ratio
+  static constexpr double NaN = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Host-side view of a rollout batch.
@@ -102,6 +116,7 @@ struct rollout_batch {
   torch::Tensor entropy; // [R, L] entropy of that policy at each position
   std::vector<int> problem_of;      // per response: index into the problem list
   std::vector<float> reward;        // binary
+  std::vector<bool> rare;           // the response uses - or / (as far as it parses)
   std::vector<float> shaped;        // what the objective reads (DAPO adds the overlong penalty)
   std::vector<reco::index_t> length;
   int groups = 0;
@@ -135,6 +150,7 @@ inline rollout_batch sample_groups(transformer& policy, const generator& gen, co
     for (int64_t j = 0; j < L; ++j) resp[j] = static_cast<int>(t[j]);
     verdict v = verify(voc, problems[b.problem_of[i]], resp.data(), static_cast<int>(L));
     b.reward.push_back(v.correct ? 1.0f : 0.0f);
+    b.rare.push_back(v.uses_rare);
     b.length.push_back(v.length);
   }
   b.shaped = b.reward;
@@ -156,6 +172,7 @@ inline rollout_batch select_groups(const rollout_batch& b, const std::vector<int
   for (int64_t i : idx) {
     out.problem_of.push_back(b.problem_of[i]);
     out.reward.push_back(b.reward[i]);
+    out.rare.push_back(b.rare[i]);
     out.shaped.push_back(b.shaped[i]);
     out.length.push_back(b.length[i]);
   }
@@ -174,6 +191,7 @@ inline rollout_batch concat_batches(const rollout_batch& a, const rollout_batch&
   out.entropy = torch::cat({a.entropy, b.entropy}, 0);
   out.problem_of.insert(out.problem_of.end(), b.problem_of.begin(), b.problem_of.end());
   out.reward.insert(out.reward.end(), b.reward.begin(), b.reward.end());
+  out.rare.insert(out.rare.end(), b.rare.begin(), b.rare.end());
   out.shaped.insert(out.shaped.end(), b.shaped.begin(), b.shaped.end());
   out.length.insert(out.length.end(), b.length.begin(), b.length.end());
   out.groups = a.groups + b.groups;
@@ -227,9 +245,80 @@ inline reco::torch::policy_output policy_loss(const algorithm& algo, const torch
   return reco::torch::policy_loss(algo.preset, in);
 }
 
+// The mechanism ReCo acts through, measured on a step's trained rollouts (step_metrics): how far
+// its expected-count weights spread among a group's correct responses and where they move the
+// advantage mass. The weight and the advantage are recomputed here from their definitions (this
+// is a diagnostic, not the objective): w = min(cap, 1 / (G pbar_old)), pbar_old = exp(mean old
+// logp); A = (r - mean) / (std + 1e-6) with the unbiased std of the group's shaped rewards.
+inline void log_mechanism(const rollout_batch& b, int group, step_metrics& m, double cap = 10.0) {
+  const int64_t R = static_cast<int64_t>(b.reward.size());
+  if (R == 0) return;
+  auto lp = (b.logp * b.mask).sum(1).to(torch::kCPU).to(torch::kDouble).contiguous();
+  auto len = b.mask.sum(1).to(torch::kCPU).to(torch::kDouble).contiguous();
+  std::vector<double> w(static_cast<std::size_t>(R)), adv(static_cast<std::size_t>(R));
+  for (int64_t i = 0; i < R; ++i) {
+    const double n = len.data_ptr<double>()[i];
+    w[i] = n > 0 ? std::min(cap, std::exp(-std::log(static_cast<double>(group)) - lp.data_ptr<double>()[i] / n)) : 0.0;
+  }
+  std::vector<double> spreads;
+  for (int64_t g0 = 0; g0 < R; g0 += group) {
+    double mean = 0, ss = 0, lo = INFINITY, hi = 0;
+    int correct = 0;
+    for (int j = 0; j < group; ++j) mean += b.shaped[g0 + j];
+    mean /= group;
+    for (int j = 0; j < group; ++j) ss += (b.shaped[g0 + j] - mean) * (b.shaped[g0 + j] - mean);
+    const double sd = group > 1 ? std::sqrt(ss / (group - 1)) : 0.0;
+    for (int j = 0; j < group; ++j) {
+      const int64_t i = g0 + j;
+      adv[i] = group > 1 ? (b.shaped[i] - mean) / (sd + 1e-6) : 0.0;
+      if (b.reward[i] > 0.5f) {
+        ++correct;
+        lo = std::min(lo, w[i]);
+        hi = std::max(hi, w[i]);
+      }
+    }
+    if (correct >= 2 && lo > 0) spreads.push_back(hi / lo);
+  }
+  if (!spreads.empty()) {
+    std::nth_element(spreads.begin(), spreads.begin() + spreads.size() / 2, spreads.end());
+    m.weight_spread = spreads[spreads.size() / 2];
+  }
+  double pos[2] = {0, 0}, pos_rare[2] = {0, 0}, neg[2] = {0, 0}, neg_rare[2] = {0, 0};
+  for (int64_t i = 0; i < R; ++i)
+    for (int u = 0; u < 2; ++u) {
+      const double mass = (u == 0 ? 1.0 : w[i]) * adv[i];
+      if (mass > 0) {
+        pos[u] += mass;
+        if (b.rare[i]) pos_rare[u] += mass;
+      } else if (mass < 0) {
+        neg[u] -= mass;
+        if (b.rare[i]) neg_rare[u] -= mass;
+      }
+    }
+  if (pos[0] > 0) m.rare_pos_uniform = pos_rare[0] / pos[0];
+  if (pos[1] > 0) m.rare_pos_weighted = pos_rare[1] / pos[1];
+  if (neg[0] > 0) m.rare_neg_uniform = neg_rare[0] / neg[0];
+  if (neg[1] > 0) m.rare_neg_weighted = neg_rare[1] / neg[1];
+  if (pos[1] > 0) m.neg_pos_weighted = neg[1] / pos[1];
+}
+
+// Sum over valid tokens of |v - r|, the variance ratio p(1-p) / (p_old(1-p_old)) against the
+// standard ratio p / p_old (floors 1e-12 as the objective's), and the number of tokens.
+inline std::pair<double, double> ratio_gap_sum(const torch::Tensor& logp, const torch::Tensor& old_logp,
+                                               const torch::Tensor& mask) {
+  torch::NoGradGuard ng;
+  auto lp = logp.detach().to(torch::kDouble), olp = old_logp.to(torch::kDouble);
+  auto p = lp.exp(), po = olp.exp();
+  auto r = (lp - olp).exp();
+  auto v = (p * (1 - p)).clamp_min(1e-12) / (po * (1 - po)).clamp_min(1e-12);
+  auto m = mask.to(torch::kDouble);
+  return {((v - r).abs() * m).sum().item<double>(), m.sum().item<double>()};
+}
+
 // What one optimiser step's objective reports (with several ranks: the whole step's values).
 struct update_report {
   double loss = 0, clip_frac = 0, ppo_kl = 0, weight_mean = 0, weight_max = 0, cap_hits = 0;
+  double ratio_gap = 0, ratio_gap_tokens = 0;  // sum of |v - r| over the policy tokens, and their number
 };
 
 inline update_report report_of(const reco::torch::policy_output& out) {
@@ -254,8 +343,10 @@ inline torch::Tensor planned_share_loss(const c10::intrusive_ptr<c10d::ProcessGr
   reco::torch::policy_output out = reco::torch::policy_loss(algo.preset, in, {}, plan, 0);
   const auto& s = out.stats.stats;
   const double tokens = static_cast<double>(s.policy_tokens), responses = static_cast<double>(s.nonempty_responses);
+  const auto gap = ratio_gap_sum(in.logp, in.old_logp, in.mask);
   auto sums = torch::tensor({out.loss.item<double>(), s.clip_frac * tokens, s.ppo_kl * tokens, tokens,
-                             s.weight_mean * responses, responses, static_cast<double>(s.weight_cap_hits)},
+                             s.weight_mean * responses, responses, static_cast<double>(s.weight_cap_hits),
+                             gap.first, gap.second},
                             torch::kDouble);
   auto most = torch::tensor({s.weight_max}, torch::kDouble);
   std::vector<torch::Tensor> a{sums}, b{most};
@@ -270,6 +361,8 @@ inline torch::Tensor planned_share_loss(const c10::intrusive_ptr<c10d::ProcessGr
   report.weight_mean = v[5] > 0 ? v[4] / v[5] : 0.0;
   report.weight_max = most.item<double>();
   report.cap_hits = v[6];
+  report.ratio_gap = v[7];
+  report.ratio_gap_tokens = v[8];
   return out.loss;
 }
 
@@ -428,6 +521,9 @@ inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base
     policy->train();
     const int mbs = std::min(cfg.minibatches, std::max(batch.groups, 1));
     int updates = 0;
+    double gap_sum = 0, gap_tokens = 0;
+    log_mechanism(batch, cfg.group, m);
+    for (int epoch = 0; epoch < cfg.epochs; ++epoch)
     for (int k = 0; k < mbs && batch.groups > 0; ++k) {
       const int g0 = batch.groups * k / mbs, g1 = batch.groups * (k + 1) / mbs;
       if (g1 == g0) continue;
@@ -443,6 +539,7 @@ inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base
         auto out = policy_loss(algo, logp, batch.logp.narrow(0, r0, rn), ref_logp.narrow(0, r0, rn), entropy, mask,
                                rewards, offsets);
         u = report_of(out);
+        std::tie(u.ratio_gap, u.ratio_gap_tokens) = ratio_gap_sum(logp, batch.logp.narrow(0, r0, rn), mask);
         loss_tensor = out.loss;
       } else {
         // This rank's responses [s0, s0 + n) of the optimiser step: contiguous, uneven when W
@@ -462,8 +559,9 @@ inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base
         in.mask = mask;
         in.rewards = torch::from_blob(batch.shaped.data() + s0, {n}, torch::kFloat).clone();
         in.prompt_ids = torch::tensor(ids, torch::kLong);
-        const std::uint64_t step_id = static_cast<std::uint64_t>(step - 1) * static_cast<std::uint64_t>(mbs) +
-                                      static_cast<std::uint64_t>(k) + 1;
+        const std::uint64_t step_id =
+            (static_cast<std::uint64_t>(step - 1) * static_cast<std::uint64_t>(cfg.epochs) + epoch) *
+                static_cast<std::uint64_t>(mbs) + static_cast<std::uint64_t>(k) + 1;
         loss_tensor = planned_share_loss(group, algo, step_id, in, u);
       }
       // With ranks, u.loss is the step's (the same on every rank): all ranks stop together.
@@ -480,8 +578,11 @@ inline std::vector<step_metrics> train_rl(transformer& policy, transformer& base
       m.weight_mean += u.weight_mean;
       m.weight_max = std::max(m.weight_max, u.weight_max);
       m.cap_hits += u.cap_hits;
+      gap_sum += u.ratio_gap;
+      gap_tokens += u.ratio_gap_tokens;
       ++updates;
     }
+    m.ratio_gap = gap_tokens > 0 ? gap_sum / gap_tokens : 0.0;
     if (updates > 0) {
       m.loss /= updates;
       m.clip_frac /= updates;

@@ -2,6 +2,7 @@
 // processes (and a reader of the results) see exactly what the run used.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "countdown.hpp"
@@ -22,16 +24,18 @@ namespace ablation {
 struct study_settings {
   std::string mode = "default";  // default, full or smoke
   std::string device = "cpu";
-  int workers = 2;               // concurrent worker processes
+  int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));  // concurrent workers: all cores
   int threads = 1;               // intra-op threads per worker
   int ranks = 1;                 // data-parallel processes per training job (Gloo, CPU)
-  int seeds = 3;
+  int seeds = 3;                 // RL seeds per base policy of the primary configurations (GRPO, ReCo)
+  int secondary_seeds = 1;       // RL seeds per base policy of every other configuration
+  int bases = 4;                 // base policies (pretraining seeds pretrain.seed, pretrain.seed + 1, ...)
   std::vector<std::string> configs;  // empty = all ten
   uint64_t data_seed = 20240611;     // test set and RL training pool
   int test_problems = 96;
   std::array<int, 3> test_mix = {1, 1, 2};  // relative shares of common_only / both / rare_only
-  int train_problems = 256;  // RL prompt pool, seen for several epochs (the paper: 20 epochs of MATH)
-  std::array<double, 3> train_accept = {1.0, 1.0, 0.15};  // class acceptance of the RL pool
+  int train_problems = 512;  // RL prompt pool, seen several times (the paper: 20 epochs of MATH)
+  std::array<double, 3> train_accept = {1.0, 1.0, 1.0};  // class acceptance of the RL pool (all as drawn)
   task_config task;
   model_config model;
   pretrain_config pretrain;
@@ -52,6 +56,8 @@ struct study_settings {
     num("threads", threads);
     num("ranks", ranks);
     num("seeds", seeds);
+    num("secondary_seeds", secondary_seeds);
+    num("bases", bases);
     num("data_seed", data_seed);
     num("test_problems", test_problems);
     for (int c = 0; c < 3; ++c) num(std::string("test_mix.") + class_name(problem_class(c)), test_mix[c]);
@@ -78,6 +84,7 @@ struct study_settings {
     num("rl.prompts", rl.prompts);
     num("rl.group", rl.group);
     num("rl.minibatches", rl.minibatches);
+    num("rl.epochs", rl.epochs);
     num("rl.lr", rl.lr);
     num("rl.weight_decay", rl.weight_decay);
     num("rl.grad_clip", rl.grad_clip);
@@ -144,6 +151,11 @@ struct study_settings {
     o << std::hex << h;
     return o.str();
   }
+
+  // The primary comparison (GRPO against ReCo) gets `seeds` runs per base policy, the others
+  // `secondary_seeds`.
+  static bool is_primary(const std::string& config) { return config == "grpo" || config == "reco"; }
+  int seeds_of(const std::string& config) const { return is_primary(config) ? seeds : secondary_seeds; }
 
   std::vector<std::string> config_names() const {
     if (!configs.empty()) return configs;

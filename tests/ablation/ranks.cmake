@@ -34,7 +34,7 @@ endforeach()
 
 foreach(cfg IN LISTS configs)
   foreach(ranks 2 3)
-    execute_process(COMMAND "${COMPARE}" "${OUT}/r1/runs/${cfg}_s1/train.csv" "${OUT}/r${ranks}/runs/${cfg}_s1/train.csv"
+    execute_process(COMMAND "${COMPARE}" "${OUT}/r1/runs/${cfg}_b1_s1/train.csv" "${OUT}/r${ranks}/runs/${cfg}_b1_s1/train.csv"
                             loss:1e-5:1e-9 clip_frac:1e-5:1e-7 ppo_kl:1e-5:1e-7 weight_mean:1e-5:1e-7
                             weight_max:1e-5:1e-7 cap_hits:0:0 groups_used:0:0 reward:0:0
                     RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log TIMEOUT 30)

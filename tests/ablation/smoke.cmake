@@ -7,14 +7,15 @@ if(NOT rc EQUAL 0)
 endif()
 
 foreach(f report.md pass_at_k.csv pass_at_k_runs.csv training_dynamics.csv training_dynamics_runs.csv
-          token_variance.csv coverage.csv settings.txt)
+          token_variance.csv coverage.csv settings.txt verdicts.csv delta_vs_grpo.csv base_likelihood_by_problem.csv)
   if(NOT EXISTS "${OUT}/${f}")
     message(FATAL_ERROR "reco_ablation --smoke did not write ${f}")
   endif()
 endforeach()
 
 # Every configuration trained (its rows are in the per-run dynamics) and appears in the report;
-# the program itself stops on a non-finite loss, and no trained quantity may be NaN or infinite.
+# the program itself stops on a non-finite loss, and no trained quantity may be NaN or infinite
+# (a mechanism metric undefined at a step is an empty field, not NaN).
 file(READ "${OUT}/report.md" report)
 file(STRINGS "${OUT}/training_dynamics_runs.csv" rows)
 foreach(cfg grpo aspo response_only token_only reco reco_no_cap dapo dapo_reco rule_80_20 rule_80_20_reco)
@@ -35,6 +36,24 @@ foreach(label "GRPO" "ASPO" "Response only" "Token only" "ReCo" "DAPO + ReCo" "8
   string(FIND "${report}" "| ${label} |" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "report.md has no row for ${label}")
+  endif()
+endforeach()
+foreach(section "## Verdicts on the paper's claims" "## The mechanism, logged during training"
+        "problem × base pairs")
+  string(FIND "${report}" "${section}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "report.md has no '${section}'")
+  endif()
+endforeach()
+# Every claim has a verdict row, with one of the four verdicts.
+file(STRINGS "${OUT}/verdicts.csv" verdict_rows)
+list(LENGTH verdict_rows n)
+if(n LESS 13)
+  message(FATAL_ERROR "verdicts.csv has ${n} lines, expected a header and 12 claims")
+endif()
+foreach(row IN LISTS verdict_rows)
+  if(NOT row MATCHES ",(shown|not shown|contradicted|not run|verdict)$")
+    message(FATAL_ERROR "verdicts.csv row without a verdict: ${row}")
   endif()
 endforeach()
 message(STATUS "ablation smoke test: report and CSV files produced for every configuration")
