@@ -1,5 +1,6 @@
 // Batch helpers: group filters with compaction, overlong shaping, truncation masking, prompt
-// grouping, KL in the reward, and the population cut of the 80/20 rule.
+// grouping, KL in the reward, the population cut of the 80/20 rule, ReMax and GAE advantages;
+// and verl's grpo_passk rule on pass_at_k_advantage's group stage.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -450,6 +451,39 @@ TEST(BatchOps, GaeErrorsNameTheArgument) {
                                           reco::span<const std::uint8_t>(m), reco::span<double>(tr));
             }),
             "rewards");
+}
+
+// verl's grpo_passk on hand-made groups: only the best response gets (s_max - s_second), divided
+// by the unbiased group std + eps; a tied maximum gives 0 everywhere; verl rejects a group of one
+// (singleton_policy::error).
+TEST(BatchOps, PassAtKVerlRule) {
+  reco::pass_at_k_advantage est;
+  auto run = [&](std::vector<double> s, std::uint32_t& status) {
+    std::vector<double> out(s.size(), 9.0);
+    reco::group_input<double> g;
+    g.size = static_cast<index_t>(s.size());
+    g.rewards = s.data();
+    est.group(g, out.data(), status);
+    return out;
+  };
+  std::uint32_t status = 0;
+  const std::vector<double> s = {0.2, 1.0, 0.5, 0.0};
+  double mean = 0, ss = 0;
+  for (double x : s) mean += x / 4;
+  for (double x : s) ss += (x - mean) * (x - mean);
+  const double sd = std::sqrt(ss / 3);
+  auto a = run(s, status);
+  EXPECT_EQ(a[0], 0.0);
+  EXPECT_NEAR(a[1], (1.0 - 0.5) / (sd + 1e-6), 1e-14);
+  EXPECT_EQ(a[2], 0.0);
+  EXPECT_EQ(a[3], 0.0);
+  EXPECT_EQ(run({0.2, 1.0, 0.5, 1.0}, status), (std::vector<double>{0, 0, 0, 0}));  // tie at the top
+  est.params.scale_by_std = false;
+  EXPECT_EQ(run({-1.0, -3.0, -0.25}, status), (std::vector<double>{0, 0, 0.75}));
+  EXPECT_EQ(status, 0u);
+  est.params.singleton = reco::singleton_policy::error;
+  EXPECT_EQ(run({0.7}, status), (std::vector<double>{0}));
+  EXPECT_NE(status & reco::singleton_group, 0u);
 }
 
 }  // namespace
