@@ -1,5 +1,5 @@
 // Batch helpers: group filters with compaction, overlong shaping, truncation masking, prompt
-// grouping, KL in the reward, the population cut of the 80/20 rule, ReMax and GAE advantages;
+// grouping, KL in the reward, the population cut of the 80/20 rule, ReMax, GAE and OTB advantages;
 // and verl's grpo_passk rule on pass_at_k_advantage's group stage.
 #include <gtest/gtest.h>
 
@@ -15,6 +15,7 @@
 #include "reco/batch_ops/filter_groups.hpp"
 #include "reco/batch_ops/gae.hpp"
 #include "reco/batch_ops/kl_reward.hpp"
+#include "reco/batch_ops/optimal_token_baseline.hpp"
 #include "reco/batch_ops/overlong_penalty.hpp"
 #include "reco/batch_ops/prompt_groups.hpp"
 #include "reco/batch_ops/remax.hpp"
@@ -484,6 +485,166 @@ TEST(BatchOps, PassAtKVerlRule) {
   est.params.singleton = reco::singleton_policy::error;
   EXPECT_EQ(run({0.7}, status), (std::vector<double>{0}));
   EXPECT_NE(status & reco::singleton_group, 0u);
+}
+
+// Naive OTB on a padded [R, T] batch straight from the definition (position p = column).
+void otb_reference(std::size_t T, const std::vector<index_t>& groups, const std::vector<double>& r,
+                   const std::vector<double>& lp, const std::vector<double>& spq, const std::vector<double>& isw,
+                   const std::vector<std::uint8_t>& m, double eps, bool zero_tail, std::vector<double>& adv,
+                   std::vector<double>& ret) {
+  const std::size_t R = m.size() / T;
+  std::vector<double> G(R * T, 0), W(R * T, 0);
+  std::vector<index_t> len(R, 0);
+  for (std::size_t i = 0; i < R; ++i)
+    for (std::size_t p = 0; p < T; ++p) {
+      for (std::size_t q = p; q < T; ++q)
+        if (m[i * T + q]) G[i * T + p] += r[i * T + q];
+      for (std::size_t q = 0; q <= p; ++q)
+        if (m[i * T + q])
+          W[i * T + p] += (1 - 2 * std::exp(lp[i * T + q]) + spq[i * T + q]) *
+                          (isw.empty() ? 1.0 : isw[i * T + q] * isw[i * T + q]);
+      len[i] += m[i * T + p] ? 1 : 0;
+    }
+  for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
+    const auto a = static_cast<std::size_t>(groups[g]), b = static_cast<std::size_t>(groups[g + 1]);
+    std::vector<index_t> sorted(len.begin() + static_cast<long>(a), len.begin() + static_cast<long>(b));
+    std::sort(sorted.begin(), sorted.end());
+    std::size_t tail_row = R;  // the unique longest response, if any
+    if (b - a > 1 && sorted[sorted.size() - 1] > sorted[sorted.size() - 2])
+      for (std::size_t i = a; i < b; ++i)
+        if (len[i] == sorted.back()) tail_row = i;
+    for (std::size_t p = 0; p < T; ++p) {
+      double num = 0, den = 0;
+      for (std::size_t i = a; i < b; ++i)
+        if (m[i * T + p]) num += G[i * T + p] * W[i * T + p], den += W[i * T + p];
+      for (std::size_t i = a; i < b; ++i) {
+        double base = b - a == 1 ? 0.0 : num / (den + eps);
+        if (zero_tail && i == tail_row && p >= static_cast<std::size_t>(sorted[sorted.size() - 2])) base = 0;
+        adv[i * T + p] = m[i * T + p] ? G[i * T + p] - base : 0.0;
+        ret[i * T + p] = m[i * T + p] ? G[i * T + p] : 0.0;
+      }
+    }
+  }
+}
+
+TEST(BatchOps, OptimalTokenBaselineHandComputed) {
+  // Two responses of 2 tokens, pi = 0.5 and sum pi^2 = 0.5 everywhere: w = 0.5, W = {0.5, 1}.
+  // Rewards to go {1, 1} and {0, 0}: B = 0.5 at both positions, A = +-0.5.
+  const std::vector<index_t> groups = {0, 2};
+  std::vector<double> r = {0, 1, 0, 0}, lp(4, std::log(0.5)), spq(4, 0.5), a(4), ret(4);
+  reco::optimal_token_baseline_params p;
+  p.eps = 0;
+  reco::workspace<reco::cpu> ws;
+  reco::optimal_token_baseline_advantages(reco::cpu{}, reco::padded(2, 2), reco::span<const index_t>(groups),
+                                          reco::span<const double>(r), reco::span<const double>(lp),
+                                          reco::span<const double>(spq), reco::span<const double>(),
+                                          reco::span<const std::uint8_t>(), p, reco::span<double>(a),
+                                          reco::span<double>(ret), ws);
+  for (std::size_t k = 0; k < 4; ++k) EXPECT_NEAR(a[k], k < 2 ? 0.5 : -0.5, 1e-15) << k;
+  EXPECT_EQ(ret, (std::vector<double>{1, 1, 0, 0}));
+}
+
+TEST(BatchOps, OptimalTokenBaselineRagged) {
+  const std::vector<std::size_t> lengths = {5, 3, 6, 4, 2, 6, 1};
+  const std::vector<index_t> groups = {0, 3, 4, 7};  // a group of one in the middle
+  const std::size_t R = lengths.size(), T = 6;
+  std::mt19937 rng(21);
+  std::normal_distribution<double> g(0, 1);
+  std::uniform_real_distribution<double> u(0.05, 0.95);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> r(R * T), lp(R * T), spq(R * T), isw(R * T);
+  std::vector<std::uint8_t> m(R * T);
+  for (std::size_t k = 0; k < R * T; ++k) {
+    m[k] = k % T < lengths[k / T] ? 1 : 0;
+    const double pi = u(rng);
+    r[k] = m[k] ? g(rng) : nan;  // masked entries are never read
+    lp[k] = m[k] ? std::log(pi) : nan;
+    spq[k] = m[k] ? pi * pi + 0.3 * u(rng) * (1 - pi) * (1 - pi) : nan;
+    isw[k] = m[k] ? u(rng) + 0.5 : nan;
+  }
+  m[0 * T + 2] = 0;  // interior masked tokens
+  m[5 * T + 1] = 0;
+  for (const bool use_is : {false, true})
+    for (const bool zero_tail : {false, true}) {
+      reco::optimal_token_baseline_params p;
+      p.zero_tail = zero_tail;
+      const std::vector<double> none;
+      std::vector<double> ea(R * T), er(R * T);
+      otb_reference(T, groups, r, lp, spq, use_is ? isw : none, m, p.eps, zero_tail, ea, er);
+      reco::workspace<reco::cpu> ws;
+      std::vector<double> a(R * T, 7), ret(R * T, 7);
+      reco::optimal_token_baseline_advantages(
+          reco::cpu{}, reco::padded(static_cast<index_t>(R), static_cast<index_t>(T)), reco::span<const index_t>(groups),
+          reco::span<const double>(r), reco::span<const double>(lp), reco::span<const double>(spq),
+          use_is ? reco::span<const double>(isw) : reco::span<const double>(), reco::span<const std::uint8_t>(m), p,
+          reco::span<double>(a), reco::span<double>(ret), ws);
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        if (!m[k]) {
+          EXPECT_EQ(a[k], 0.0);
+          EXPECT_EQ(ret[k], 0.0);
+          continue;
+        }
+        EXPECT_NEAR(a[k], ea[k], 1e-12) << k << " is " << use_is << " tail " << zero_tail;
+        EXPECT_NEAR(ret[k], er[k], 1e-12) << k;
+      }
+      // Packed, each response keeping its padded row (positions unchanged) but the last, cut short.
+      std::vector<index_t> offsets = {0};
+      std::vector<double> pr, plp, pspq, pisw, pea;
+      std::vector<std::uint8_t> pm;
+      for (std::size_t i = 0; i < R; ++i) {
+        const std::size_t keep = i + 1 == R ? lengths[i] : T;
+        for (std::size_t t = 0; t < keep; ++t) {
+          const std::size_t k = i * T + t;
+          pr.push_back(r[k]), plp.push_back(lp[k]), pspq.push_back(spq[k]), pisw.push_back(isw[k]);
+          pm.push_back(m[k]), pea.push_back(ea[k]);
+        }
+        offsets.push_back(static_cast<index_t>(pr.size()));
+      }
+      std::vector<double> pa(pr.size()), pret(pr.size());
+      reco::optimal_token_baseline_advantages(
+          reco::cpu{}, reco::packed(reco::span<const index_t>(offsets)), reco::span<const index_t>(groups),
+          reco::span<const double>(pr), reco::span<const double>(plp), reco::span<const double>(pspq),
+          use_is ? reco::span<const double>(pisw) : reco::span<const double>(), reco::span<const std::uint8_t>(pm), p,
+          reco::span<double>(pa), reco::span<double>(pret), ws);
+      for (std::size_t k = 0; k < pa.size(); ++k) EXPECT_NEAR(pa[k], pm[k] ? pea[k] : 0.0, 1e-12) << k;
+    }
+}
+
+TEST(BatchOps, OptimalTokenBaselineErrors) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> r = {0, 1, 0, 2}, lp = {-0.5, -0.7, -0.1, -2}, spq = {0.5, 0.4, 0.9, 0.2};
+  const std::vector<std::uint8_t> m = {1, 1, 1, 0};
+  auto call = [&](std::vector<index_t> groups, std::vector<double> rr, std::vector<double> ll, std::vector<double> is,
+                  std::vector<std::uint8_t> mm, double eps, std::size_t n_out) {
+    std::vector<double> a(n_out), ret(4);
+    reco::optimal_token_baseline_params p;
+    p.eps = eps;
+    reco::workspace<reco::cpu> ws;
+    return named_argument([&] {
+      reco::optimal_token_baseline_advantages(reco::cpu{}, reco::padded(2, 2), reco::span<const index_t>(groups),
+                                              reco::span<const double>(rr), reco::span<const double>(ll),
+                                              reco::span<const double>(spq), reco::span<const double>(is),
+                                              reco::span<const std::uint8_t>(mm), p, reco::span<double>(a),
+                                              reco::span<double>(ret), ws);
+    });
+  };
+  EXPECT_EQ(call({0, 1, 2}, r, lp, {}, m, 1e-8, 4), "");
+  EXPECT_EQ(call({0, 0, 2}, r, lp, {}, m, 1e-8, 4), "group_offsets");  // empty group
+  EXPECT_EQ(call({0, 2, 2}, r, lp, {}, m, 1e-8, 4), "group_offsets");
+  EXPECT_EQ(call({0, 1}, r, lp, {}, m, 1e-8, 4), "group_offsets");
+  EXPECT_EQ(call({1, 2}, r, lp, {}, m, 1e-8, 4), "group_offsets");
+  EXPECT_EQ(call({0}, r, lp, {}, m, 1e-8, 4), "group_offsets");
+  EXPECT_EQ(call({}, r, lp, {}, m, 1e-8, 4), "group_offsets");
+  EXPECT_EQ(call({0, 2}, {0, nan, 0, 0}, lp, {}, m, 1e-8, 4), "token_rewards");
+  EXPECT_EQ(call({0, 2}, r, {-0.5, -0.7, nan, -2}, {}, m, 1e-8, 4), "old_logp");
+  EXPECT_EQ(call({0, 2}, r, {-0.5, -0.7, -0.1, nan}, {}, m, 1e-8, 4), "");  // masked: not read
+  EXPECT_EQ(call({0, 2}, r, lp, {1, 1, nan, 1}, m, 1e-8, 4), "is_weights");
+  EXPECT_EQ(call({0, 2}, r, lp, {1, 1}, m, 1e-8, 4), "is_weights");
+  EXPECT_EQ(call({0, 2}, r, {0, 0, 0}, {}, m, 1e-8, 4), "old_logp");
+  EXPECT_EQ(call({0, 2}, r, lp, {}, {1, 1}, 1e-8, 4), "mask");
+  EXPECT_EQ(call({0, 2}, r, lp, {}, m, 1e-8, 3), "advantages");
+  EXPECT_EQ(call({0, 2}, r, lp, {}, m, -1, 4), "params.eps");
+  EXPECT_EQ(call({0, 2}, r, lp, {}, m, nan, 4), "params.eps");
 }
 
 }  // namespace
