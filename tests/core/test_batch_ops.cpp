@@ -487,14 +487,17 @@ TEST(BatchOps, PassAtKVerlRule) {
   EXPECT_NE(status & reco::singleton_group, 0u);
 }
 
-// Naive OTB on a padded [R, T] batch straight from the definition (position p = column).
+// Naive OTB on a padded [R, T] batch straight from the definition. Position = column, or with
+// valid_positions the index among the response's valid tokens (responses without one leave their
+// group).
 void otb_reference(std::size_t T, const std::vector<index_t>& groups, const std::vector<double>& r,
                    const std::vector<double>& lp, const std::vector<double>& spq, const std::vector<double>& isw,
-                   const std::vector<std::uint8_t>& m, double eps, bool zero_tail, std::vector<double>& adv,
-                   std::vector<double>& ret) {
+                   const std::vector<std::uint8_t>& m, double eps, bool zero_tail, bool valid_positions,
+                   std::vector<double>& adv, std::vector<double>& ret) {
   const std::size_t R = m.size() / T;
   std::vector<double> G(R * T, 0), W(R * T, 0);
   std::vector<index_t> len(R, 0);
+  std::vector<std::size_t> pos(R * T, 0);  // each token's position
   for (std::size_t i = 0; i < R; ++i)
     for (std::size_t p = 0; p < T; ++p) {
       for (std::size_t q = p; q < T; ++q)
@@ -503,27 +506,35 @@ void otb_reference(std::size_t T, const std::vector<index_t>& groups, const std:
         if (m[i * T + q])
           W[i * T + p] += (1 - 2 * std::exp(lp[i * T + q]) + spq[i * T + q]) *
                           (isw.empty() ? 1.0 : isw[i * T + q] * isw[i * T + q]);
+      pos[i * T + p] = valid_positions ? static_cast<std::size_t>(len[i]) : p;
       len[i] += m[i * T + p] ? 1 : 0;
     }
   for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
     const auto a = static_cast<std::size_t>(groups[g]), b = static_cast<std::size_t>(groups[g + 1]);
-    std::vector<index_t> sorted(len.begin() + static_cast<long>(a), len.begin() + static_cast<long>(b));
+    std::vector<std::size_t> members;
+    for (std::size_t i = a; i < b; ++i)
+      if (!valid_positions || len[i] > 0) members.push_back(i);
+    std::vector<index_t> sorted;
+    for (std::size_t i : members) sorted.push_back(len[i]);
     std::sort(sorted.begin(), sorted.end());
-    std::size_t tail_row = R;  // the unique longest response, if any
-    if (b - a > 1 && sorted[sorted.size() - 1] > sorted[sorted.size() - 2])
-      for (std::size_t i = a; i < b; ++i)
+    std::size_t tail_row = R;  // the unique longest member, if any
+    if (members.size() > 1 && sorted[sorted.size() - 1] > sorted[sorted.size() - 2])
+      for (std::size_t i : members)
         if (len[i] == sorted.back()) tail_row = i;
-    for (std::size_t p = 0; p < T; ++p) {
-      double num = 0, den = 0;
-      for (std::size_t i = a; i < b; ++i)
-        if (m[i * T + p]) num += G[i * T + p] * W[i * T + p], den += W[i * T + p];
-      for (std::size_t i = a; i < b; ++i) {
-        double base = b - a == 1 ? 0.0 : num / (den + eps);
-        if (zero_tail && i == tail_row && p >= static_cast<std::size_t>(sorted[sorted.size() - 2])) base = 0;
-        adv[i * T + p] = m[i * T + p] ? G[i * T + p] - base : 0.0;
-        ret[i * T + p] = m[i * T + p] ? G[i * T + p] : 0.0;
+    for (std::size_t i = a; i < b; ++i)
+      for (std::size_t q = 0; q < T; ++q) {
+        const std::size_t k = i * T + q;
+        adv[k] = ret[k] = 0;
+        if (!m[k]) continue;
+        double num = 0, den = 0;  // over the members' valid tokens at the same position
+        for (std::size_t h : members)
+          for (std::size_t q2 = 0; q2 < T; ++q2)
+            if (m[h * T + q2] && pos[h * T + q2] == pos[k]) num += G[h * T + q2] * W[h * T + q2], den += W[h * T + q2];
+        double base = members.size() == 1 ? 0.0 : num / (den + eps);
+        if (zero_tail && i == tail_row && pos[k] >= static_cast<std::size_t>(sorted[sorted.size() - 2])) base = 0;
+        adv[k] = G[k] - base;
+        ret[k] = G[k];
       }
-    }
   }
 }
 
@@ -546,7 +557,7 @@ TEST(BatchOps, OptimalTokenBaselineHandComputed) {
 
 TEST(BatchOps, OptimalTokenBaselineRagged) {
   const std::vector<std::size_t> lengths = {5, 3, 6, 4, 2, 6, 1};
-  const std::vector<index_t> groups = {0, 3, 4, 7};  // a group of one in the middle
+  const std::vector<index_t> groups = {0, 3, 4, 5, 7};  // groups of one; the last with an empty response
   const std::size_t R = lengths.size(), T = 6;
   std::mt19937 rng(21);
   std::normal_distribution<double> g(0, 1);
@@ -564,13 +575,17 @@ TEST(BatchOps, OptimalTokenBaselineRagged) {
   }
   m[0 * T + 2] = 0;  // interior masked tokens
   m[5 * T + 1] = 0;
+  for (std::size_t k = 6 * T; k < 7 * T; ++k) m[k] = 0;  // a response without a valid token
+  m[2 * T + 0] = 0;  // and a masked first token
+  for (const bool valid_positions : {false, true})
   for (const bool use_is : {false, true})
     for (const bool zero_tail : {false, true}) {
       reco::optimal_token_baseline_params p;
       p.zero_tail = zero_tail;
+      p.valid_positions = valid_positions;
       const std::vector<double> none;
       std::vector<double> ea(R * T), er(R * T);
-      otb_reference(T, groups, r, lp, spq, use_is ? isw : none, m, p.eps, zero_tail, ea, er);
+      otb_reference(T, groups, r, lp, spq, use_is ? isw : none, m, p.eps, zero_tail, valid_positions, ea, er);
       reco::workspace<reco::cpu> ws;
       std::vector<double> a(R * T, 7), ret(R * T, 7);
       reco::optimal_token_baseline_advantages(
@@ -584,7 +599,8 @@ TEST(BatchOps, OptimalTokenBaselineRagged) {
           EXPECT_EQ(ret[k], 0.0);
           continue;
         }
-        EXPECT_NEAR(a[k], ea[k], 1e-12) << k << " is " << use_is << " tail " << zero_tail;
+        EXPECT_NEAR(a[k], ea[k], 1e-12) << k << " is " << use_is << " tail " << zero_tail << " valid_positions "
+                                        << valid_positions;
         EXPECT_NEAR(ret[k], er[k], 1e-12) << k;
       }
       // Packed, each response keeping its padded row (positions unchanged) but the last, cut short.

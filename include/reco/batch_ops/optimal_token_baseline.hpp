@@ -6,7 +6,8 @@
 //   W_i(p) = sum of w over the valid tokens at positions <= p
 //   B(p)   = sum_i m_i(p) G_i(p) W_i(p) / (sum_i m_i(p) W_i(p) + eps)   over the group
 //   A_i(p) = (G_i(p) - B(p)) m_i(p),  returns G_i(p) m_i(p)
-// A group of one gets B = 0. With zero_tail, a group whose longest response is unique and longer
+// A group of one gets B = 0. valid_positions gives verl's multi-turn variant (see the params).
+// With zero_tail, a group whose longest response is unique and longer
 // than the others gets B = 0 past the second-longest length (lengths = valid-token counts).
 #pragma once
 
@@ -20,7 +21,11 @@ RECO_NAMESPACE_BEGIN
 
 struct optimal_token_baseline_params {
   double eps = 1e-8;       // added to the baseline's denominator (verl's)
-  bool zero_tail = false;  // verl's handle_zero_tail (default false)
+  bool zero_tail = false;  // verl's handle_zero_tail (default false; true in its multi-turn variant)
+  // false: p counts every token from the response's start (verl's optimal_token_baseline);
+  // true: p counts the valid tokens only and responses without one leave their group (verl's
+  // multi-turn tir_optimal_token_baseline, where observation tokens sit between turns).
+  bool valid_positions = false;
 };
 
 namespace detail {
@@ -34,14 +39,16 @@ struct otb_group_fn {
   const T* sum_pi_sq;
   const T* is_weights;  // may be null
   const std::uint8_t* mask;
-  double eps;
-  bool zero_tail;
-  T* adv;  // holds W while the group is processed
+  optimal_token_baseline_params p;
+  T* adv;        // holds W until the baseline is known
   T* ret;
+  double* num;   // per-position sums, at the group's first token offset (a group spans at least
+  double* den;   // as many tokens as its longest response)
   RECO_HOST_DEVICE bool valid(index_t t) const { return mask == nullptr || mask[t] != 0; }
   RECO_HOST_DEVICE void operator()(index_t g) const {
     const index_t first = groups[g], last = groups[g + 1];
-    index_t span_max = 0, longest = -1, second_len = 0, longest_len = -1;
+    const index_t base_at = layout.begin(first);
+    index_t span_max = 0, longest = -1, second_len = 0, longest_len = -1, members = 0;
     bool unique = false;
     for (index_t i = first; i < last; ++i) {
       const index_t b = layout.begin(i), e = layout.end(i);
@@ -62,6 +69,8 @@ struct otb_group_fn {
         }
         adv[t] = static_cast<T>(w_sum);
       }
+      if (p.valid_positions && len == 0) continue;  // not a member of its group
+      ++members;
       if (len > longest_len) {
         second_len = longest_len < 0 ? 0 : longest_len;
         longest_len = len;
@@ -72,21 +81,39 @@ struct otb_group_fn {
         second_len = len > second_len ? len : second_len;
       }
     }
-    const bool single = last - first == 1;
-    for (index_t p = 0; p < span_max; ++p) {
-      double num = 0, den = 0;
-      for (index_t i = first; i < last; ++i) {
-        const index_t t = layout.begin(i) + p;
-        if (t >= layout.end(i) || !valid(t)) continue;
-        num += static_cast<double>(ret[t]) * static_cast<double>(adv[t]);
-        den += static_cast<double>(adv[t]);
+    // Offsets that decrease (a caller's error) could reach past the buffer: stay inside it.
+    const index_t room = layout.tokens - base_at;
+    if (span_max > room) span_max = room;
+    for (index_t j = 0; j < span_max; ++j) num[base_at + j] = den[base_at + j] = 0;
+    for (index_t i = first; i < last; ++i) {
+      index_t j = 0;
+      for (index_t t = layout.begin(i); t < layout.end(i); ++t, ++j) {
+        if (!valid(t)) {
+          if (p.valid_positions) --j;
+          continue;
+        }
+        if (j >= span_max) break;
+        num[base_at + j] += static_cast<double>(ret[t]) * static_cast<double>(adv[t]);
+        den[base_at + j] += static_cast<double>(adv[t]);
       }
-      const double base = single ? 0.0 : num / (den + eps);
-      for (index_t i = first; i < last; ++i) {
-        const index_t t = layout.begin(i) + p;
-        if (t >= layout.end(i)) continue;
-        const bool tail = zero_tail && !single && unique && i == longest && p >= second_len;
-        adv[t] = valid(t) ? static_cast<T>(static_cast<double>(ret[t]) - (tail ? 0.0 : base)) : T(0);
+    }
+    const bool single = members == 1;
+    const bool tail_on = p.zero_tail && members > 1 && unique;
+    for (index_t i = first; i < last; ++i) {
+      index_t j = 0;
+      for (index_t t = layout.begin(i); t < layout.end(i); ++t, ++j) {
+        if (!valid(t)) {
+          adv[t] = T(0);
+          if (p.valid_positions) --j;
+          continue;
+        }
+        if (j >= span_max) {
+          adv[t] = T(0);
+          continue;
+        }
+        const bool tail = tail_on && i == longest && j >= second_len;
+        const double base = (single || tail) ? 0.0 : num[base_at + j] / (den[base_at + j] + p.eps);
+        adv[t] = static_cast<T>(static_cast<double>(ret[t]) - base);
       }
     }
   }
@@ -131,8 +158,12 @@ void optimal_token_baseline_advantages(const Backend& backend, const token_layou
   const Backend be = ws.bind(backend);
   detail::carver measure(nullptr);
   measure.take<double>(1);
+  measure.take<double>(n);
+  measure.take<double>(n);
   detail::carver carve(ws.reserve(be, measure.used()));
   double* bad = carve.take<double>(1);
+  double* num = carve.take<double>(n);
+  double* den = carve.take<double>(n);
   // Checked where the offsets live (device memory on CUDA): a bad first or last offset or an
   // empty group (a baseline over no response) is an error.
   if (P > 0) {
@@ -155,7 +186,7 @@ void optimal_token_baseline_advantages(const Backend& backend, const token_layou
   }
   be.for_each(P, detail::otb_group_fn<T>{L, group_offsets.data(), token_rewards.data(), old_logp.data(),
                                          sum_pi_squared.data(), is_weights.empty() ? nullptr : is_weights.data(), m,
-                                         p.eps, p.zero_tail, advantages.data(), returns.data()});
+                                         p, advantages.data(), returns.data(), num, den});
 }
 
 RECO_NAMESPACE_END
