@@ -7,8 +7,8 @@
 //   B(p)   = sum_i m_i(p) G_i(p) W_i(p) / (sum_i m_i(p) W_i(p) + eps)   over the group
 //   A_i(p) = (G_i(p) - B(p)) m_i(p),  returns G_i(p) m_i(p)
 // A group of one gets B = 0. valid_positions gives verl's multi-turn variant (see the params).
-// With zero_tail, a group whose longest response is unique and longer
-// than the others gets B = 0 past the second-longest length (lengths = valid-token counts).
+// With zero_tail, a group whose longest response is unique and longer than the others gets B = 0
+// past the second-longest length (lengths = valid-token counts).
 #pragma once
 
 #include "reco/algorithm/select_tokens.hpp"
