@@ -22,6 +22,7 @@
 #include "reco/clip/ppo_clip.hpp"
 #include "reco/entropy/entropy_bonus.hpp"
 #include "reco/entropy/no_entropy_bonus.hpp"
+#include "reco/given_advantages.hpp"
 #include "reco/kl/kl_penalty.hpp"
 #include "reco/kl/no_kl.hpp"
 #include "reco/objective.hpp"
