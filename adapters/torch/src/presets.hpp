@@ -1,4 +1,8 @@
 // The presets by name, compiled once into reco_torch (LibTorch-free declarations).
+//
+// `given_advantages`: the call passes advantages instead of rewards, so the preset runs with
+// reco::given_advantage in its advantage slot (reco/given_advantages.hpp) and every other
+// component unchanged. Each preset is compiled in both forms.
 #pragma once
 
 #include <map>
@@ -11,16 +15,17 @@ namespace reco::torch::detail {
 using override_map = std::map<std::string, double>;
 
 // What the preset reads; throws reco::error for an unknown preset, an unknown override key or a
-// parameter out of range.
-objective_needs preset_needs(const std::string& preset, const override_map& overrides);
+// parameter out of range (and, with given advantages, for a key of the replaced estimator).
+objective_needs preset_needs(const std::string& preset, const override_map& overrides, bool given_advantages);
 
-void run_preset_cpu(const std::string& preset, const override_map& overrides, const run_request& q,
-                    objective_result& out);
+void run_preset_cpu(const std::string& preset, const override_map& overrides, bool given_advantages,
+                    const run_request& q, objective_result& out);
 
 // The plan steps of a preset (CPU).
-plan_ops preset_plan_ops(const std::string& preset, const override_map& overrides);
+plan_ops preset_plan_ops(const std::string& preset, const override_map& overrides, bool given_advantages);
 
 // Defined only when reco_torch is built with CUDA (RECO_TORCH_WITH_CUDA).
-void run_preset_cuda(const std::string& preset, const override_map& overrides, const run_request& q);
+void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
+                     const run_request& q);
 
 }  // namespace reco::torch::detail
