@@ -11,6 +11,7 @@
 #include "reco/advantage/pass_at_k.hpp"
 #include "reco/advantage/reinforce_pp.hpp"
 #include "reco/advantage/rloo.hpp"
+#include "reco/aggregate/selectable.hpp"
 #include "reco/aggregate/seq_mean_token_mean.hpp"
 #include "reco/aggregate/seq_mean_token_sum.hpp"
 #include "reco/aggregate/seq_mean_token_sum_norm.hpp"

@@ -1,7 +1,8 @@
 """Given advantages through torch.ops.reco.policy_loss (verl / TRL style): for every preset, the
 estimator's own advantages given reproduce the rewards-based loss and gradient; arbitrary given
 advantages against plain-torch formulas; G from group offsets, prompt ids or group_size; a split
-step with given advantages; and the errors, each naming its argument.
+step with given advantages; and the errors, each naming its argument. Also the aggregation of
+every preset selected by key ("aggregate.kind") against plain-torch formulas.
 
 Usage: python3 test_given_ops.py <path to libreco_torch_ops.so>   (ctest passes it)
 """
@@ -178,6 +179,93 @@ class GivenAdvantages(unittest.TestCase):
             total_loss += loss.item()
             grads.append(t["logp"].grad)
         assert_same(self, (total_loss, None, torch.cat(grads)), whole, 1e-12, "split step")
+
+
+def k3(logp, ref_logp):
+    e = (ref_logp - logp).clamp(-20, 20)
+    return (e.exp() - e - 1).clamp(-10, 10)
+
+
+def aggregate(x, m, kind, R, T):
+    """The four aggregations of a masked [R, T] tensor."""
+    per_seq_sum = (x * m).sum(1)
+    n = m.sum(1)
+    nonempty = (n > 0).to(x.dtype)
+    if kind == 0:
+        return per_seq_sum.sum() / m.sum()
+    if kind == 1:
+        return (per_seq_sum / n.clamp(min=1) * nonempty).sum() / nonempty.sum()
+    if kind == 2:
+        return per_seq_sum.sum() / nonempty.sum()
+    return per_seq_sum.sum() / (R * T)
+
+
+def grpo_given(b, logp, adv, kind):
+    ratio = (logp - b["old"]).clamp(-20, 20).exp()
+    pg = ppo_surrogate(ratio, adv, 0.2, 0.2, 3.0)
+    m = b["maskf"]
+    R, T = m.shape
+    return aggregate(pg, m, kind, R, T) + 1e-3 * aggregate(k3(logp, b["ref"]), m, kind, R, T)
+
+
+class AggregationByKey(unittest.TestCase):
+    def test_every_kind_against_formulas(self):
+        b = make_batch(12)
+        for kind in range(4):
+            logp = b["logp"].detach().clone().requires_grad_(True)
+            want = grpo_given(b, logp, b["adv"], kind)
+            want.backward()
+            got = call("grpo", b, advantages=b["adv"], overrides={"aggregate.kind": float(kind)})
+            assert_same(self, got, (want.item(), None, logp.grad), 1e-10, f"grpo kind {kind}")
+            # With rewards too, and dapo's token_mean switched to the others.
+            want_r = call("grpo", b, rewards=b["rewards"], group_offsets=b["group_offsets"],
+                          overrides={"aggregate.kind": float(kind)})
+            given_r = call("grpo", b, advantages=estimator_advantages("grpo", b),
+                           overrides={"aggregate.kind": float(kind)})
+            assert_same(self, given_r, want_r, 1e-12, f"grpo rewards kind {kind}")
+
+    def test_default_kind_is_the_presets(self):
+        b = make_batch(13)
+        for preset, kind in (("grpo", 1), ("dapo", 0), ("dr_grpo", 3), ("reco", 1)):
+            groups = {"group_offsets": b["group_offsets"]}
+            assert_same(self, call(preset, b, rewards=b["rewards"], overrides={"aggregate.kind": float(kind)}, **groups),
+                        call(preset, b, rewards=b["rewards"], **groups), 0, preset)
+        for preset in reco.presets():
+            self.assertIn("aggregate.kind", reco.override_keys(preset), preset)
+
+    def test_split_step_any_kind(self):
+        b = make_batch(14)
+        R, G = b["R"], b["G"]
+        for kind in range(4):
+            ov = {"aggregate.kind": float(kind)}
+            whole = call("reco", b, advantages=b["adv"], group_size=G, overrides=ov)
+            cuts = [(0, 12), (12, R)]
+            parts = [[20 + kind, R, a, a // G] for a, _ in cuts]
+            tensors = [dict(old_logp=b["old"][a:e], ref_logp=b["ref"][a:e], mask=b["mask"][a:e],
+                            advantages=b["adv"][a:e]) for a, e in cuts]
+            logps = [b["logp"][a:e].detach().clone().requires_grad_(True) for a, e in cuts]
+            summaries = []
+            while True:
+                s = sum(reco.plan_summary("reco", p, 1.0, summaries, lp, overrides=ov, group_size=G, **t)
+                        for p, t, lp in zip(parts, tensors, logps))
+                if s.numel() == 0:
+                    break
+                summaries.append(s)
+            total = 0.0
+            for p, t, lp in zip(parts, tensors, logps):
+                loss, _ = reco.planned_policy_loss("reco", p, 1.0, summaries, lp, overrides=ov, group_size=G, **t)
+                loss.backward()
+                total += loss.item()
+            assert_same(self, (total, None, torch.cat([lp.grad for lp in logps])), whole, 1e-12, f"kind {kind}")
+
+    def test_errors(self):
+        b = make_batch(15)
+        with self.assertRaisesRegex(Exception, "overrides.aggregate.kind: is a choice"):
+            call("dapo", b, advantages=b["adv"], overrides={"aggregate.kind": 4.0})
+        with self.assertRaisesRegex(Exception, "aggregate.params.constant: is read only by kind"):
+            call("dapo", b, advantages=b["adv"], overrides={"aggregate.constant": 10.0})
+        with self.assertRaisesRegex(Exception, "overrides.kl.beta"):
+            call("dapo", b, advantages=b["adv"], overrides={"kl.beta": 0.1})
 
 
 class GivenAdvantageErrors(unittest.TestCase):

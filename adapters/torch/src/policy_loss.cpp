@@ -494,7 +494,7 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
-std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
+std::vector<std::string> override_keys(const std::string& preset) { return detail::preset_keys(preset); }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const planned_step& plan,

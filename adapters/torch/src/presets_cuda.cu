@@ -1,5 +1,5 @@
-// The 13 presets on the CUDA backend, each as defined and around given advantages (built when
-// LibTorch has CUDA and RECO_ENABLE_CUDA is on).
+// The 13 presets on the CUDA backend, each in the adapter's form with rewards and with given
+// advantages (preset_forms.hpp); built when LibTorch has CUDA and RECO_ENABLE_CUDA is on.
 #include "presets.hpp"
 
 #include "preset_forms.hpp"
