@@ -3,9 +3,18 @@
 // argument before any work starts.
 #pragma once
 
+#include <type_traits>
+
 #include "reco/config.hpp"
 
 RECO_NAMESPACE_BEGIN
+
+// Whether a response weighter reads the group size G (declares `reads_group_size = true`).
+template <class W, class = void>
+struct weight_reads_group_size : std::false_type {};
+template <class W>
+struct weight_reads_group_size<W, std::void_t<decltype(W::reads_group_size)>>
+    : std::bool_constant<W::reads_group_size> {};
 
 struct objective_needs {
   bool rewards = false;
@@ -14,6 +23,7 @@ struct objective_needs {
   bool entropy = false;
   bool response_weights = false;
   bool entropy_gradient = false;  // d loss / d entropy is written (an entropy term is on)
+  bool group_size = false;        // the response weight reads G (group offsets or a group size)
 };
 
 template <class Objective>
@@ -25,6 +35,7 @@ constexpr objective_needs needs_of() {
   n.entropy = Objective::needs_entropy;
   n.response_weights = Objective::needs_response_weights;
   n.entropy_gradient = Objective::has_entropy_gradient;
+  n.group_size = weight_reads_group_size<typename Objective::weight_type>::value;
   return n;
 }
 

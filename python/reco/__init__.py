@@ -82,8 +82,13 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
                 token_weights: Optional[Tensor] = None, response_weights: Optional[Tensor] = None,
                 overrides: Optional[Dict[str, float]] = None, global_tokens: int = 0,
                 global_responses: int = 0, global_kept_tokens: int = 0, global_kept_responses: int = 0,
-                host_stats: bool = True) -> PolicyLoss:
+                host_stats: bool = True, group_size: int = 0) -> PolicyLoss:
     """The loss of one call of ``preset`` (with ``overrides``) on a batch.
+
+    ``advantages`` (``[R]``) instead of ``rewards``: the preset's advantage estimator is replaced
+    by the given values (verl, TRL), everything else unchanged. Groups are then needed only by a
+    response weight that reads the group size (``reco``, ``dapo_reco``, ...): give
+    ``group_offsets``, ``prompt_ids`` or ``group_size`` (equal groups of G responses).
 
     ``global_*`` are the step's counts when a step is split by hand (0: count this call); a
     split step is better served by the step plan (``plan_summary`` / ``planned_policy_loss``).
@@ -91,7 +96,7 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
     loss, stats = _ops.policy_loss(preset, logp, old_logp, ref_logp, entropy, mask, offsets, rewards,
                                    advantages, group_offsets, prompt_ids, token_weights, response_weights,
                                    overrides, global_tokens, global_responses, global_kept_tokens,
-                                   global_kept_responses, host_stats)
+                                   global_kept_responses, host_stats, group_size)
     return PolicyLoss(loss, stats)
 
 
@@ -103,7 +108,8 @@ def token_logp_entropy(logits: Tensor, tokens: Tensor, temperature: float = 1.0,
 
 
 def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor, *,
-                 overrides: Optional[Dict[str, float]] = None, **inputs: Optional[Tensor]) -> Tensor:
+                 overrides: Optional[Dict[str, float]] = None, group_size: int = 0,
+                 **inputs: Optional[Tensor]) -> Tensor:
     """This micro-batch's summary of the step plan's next stage (stage 0 when ``summaries`` is
     empty), or an empty tensor once the plan is complete. Sum it over the step's micro-batches
     and ranks (``torch.distributed.all_reduce``) and append the sum to ``summaries``.
@@ -111,15 +117,16 @@ def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequ
     group]; ``scale`` = the world size under DDP averaging (1 for a plain sum); ``inputs`` are the
     tensor keywords of ``policy_loss``."""
     return _ops.plan_summary(preset, list(part), float(scale), list(summaries), logp, *_tensor_inputs(inputs),
-                             overrides)
+                             overrides, group_size)
 
 
 def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor,
-                        *, overrides: Optional[Dict[str, float]] = None, **inputs: Optional[Tensor]) -> PolicyLoss:
+                        *, overrides: Optional[Dict[str, float]] = None, group_size: int = 0,
+                        **inputs: Optional[Tensor]) -> PolicyLoss:
     """This micro-batch's share of the step's loss under the plan ``summaries`` give (see
     ``plan_summary``): the shares' sum over the step is one call on the whole step."""
     loss, stats = _ops.planned_policy_loss(preset, list(part), float(scale), list(summaries), logp,
-                                           *_tensor_inputs(inputs), overrides)
+                                           *_tensor_inputs(inputs), overrides, group_size)
     return PolicyLoss(loss, stats)
 
 

@@ -22,6 +22,7 @@
 #include "reco/advantage/pass_at_k.hpp"
 #include "reco/advantage/reinforce_pp.hpp"
 #include "reco/advantage/rloo.hpp"
+#include "reco/aggregate/selectable.hpp"
 #include "reco/aggregate/seq_mean_token_sum.hpp"
 #include "reco/clip/entropy_split_clip.hpp"
 #include "reco/entropy/entropy_bonus.hpp"
@@ -649,6 +650,19 @@ TEST(StepPlan, ValuesThePlanReadsFailOnEveryPart) {
     } catch (const reco::error& e) {
       EXPECT_EQ(e.argument(), "batch.logp") << e.what();
     }
+  }
+}
+
+// An aggregation chosen at run time (reco::selectable_aggregate; "aggregate.kind" in the LibTorch
+// adapter): the plan carries each kind's normaliser, so every kind splits exactly (double).
+TEST(StepPlan, SelectableAggregationEveryKind) {
+  using obj_t = reco::objective<reco::grpo_advantage, reco::variance_ratio, reco::ppo_clip,
+                                reco::expected_count_weight, reco::selectable_aggregate, reco::kl_penalty>;
+  for (int k = 0; k < 4; ++k) {
+    obj_t obj;
+    obj.aggregate.params.kind = static_cast<reco::aggregation_kind>(k);
+    check_all_splits<double>(obj, std::string("selectable ") + reco::labels_of(reco::aggregation_kind{}).names[k],
+                             910 + static_cast<std::uint64_t>(k));
   }
 }
 

@@ -75,6 +75,32 @@ class Package(unittest.TestCase):
                     for p, t in parts)
         self.assertLessEqual(abs(total - whole), 1e-12 * max(1.0, abs(whole)))
 
+    def test_given_advantages_and_group_size(self):
+        # The estimator's advantages given with group_size reproduce the rewards-based loss, in
+        # one call and in a split step.
+        b = formulas.make_batch(6)
+        R, G = b["logp"].shape[0], b["G"]
+        adv = formulas.group_advantages(b["rewards"], G)
+        want = reco.policy_loss("reco", b["logp"], **inputs(b)).loss.item()
+        given = dict(old_logp=b["old"], ref_logp=b["ref"], mask=b["mask"], advantages=adv)
+        got = reco.policy_loss("reco", b["logp"], group_size=G, **given).loss.item()
+        self.assertLessEqual(abs(got - want), 1e-12 * max(1.0, abs(want)))
+        parts = [([2, R, 0, 0], {k: v[:G] for k, v in given.items()}),
+                 ([2, R, G, 1], {k: v[G:] for k, v in given.items()})]
+        logps = [b["logp"][:G], b["logp"][G:]]
+        summaries = []
+        while True:
+            s = sum(reco.plan_summary("reco", p, 1.0, summaries, lp, group_size=G, **t)
+                    for (p, t), lp in zip(parts, logps))
+            if s.numel() == 0:
+                break
+            summaries.append(s)
+        total = sum(reco.planned_policy_loss("reco", p, 1.0, summaries, lp, group_size=G, **t).loss.item()
+                    for (p, t), lp in zip(parts, logps))
+        self.assertLessEqual(abs(total - want), 1e-12 * max(1.0, abs(want)))
+        with self.assertRaisesRegex(Exception, "group_size"):
+            reco.policy_loss("reco", b["logp"], **given)
+
     def test_token_logp_entropy(self):
         g = torch.Generator().manual_seed(5)
         logits = torch.randn(3, 7, 11, generator=g)

@@ -283,6 +283,12 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   }
 
   // Inputs the objective requires, named by this function's argument names.
+  // Both rewards and advantages: the one the objective does not read is named.
+  if (in.rewards.defined() && in.advantages.defined())
+    fail(needs.rewards ? "advantages" : "rewards",
+         who + (needs.rewards ? " computes advantages from rewards" : " takes its advantages from the advantages input") +
+             "; give either rewards or advantages (which replace a preset's advantage estimator), not both rewards "
+             "and advantages");
   if (needs.rewards && !in.rewards.defined()) fail("rewards", "is required by this objective's advantage estimator");
   if (needs.advantages && !in.advantages.defined()) fail("advantages", "is required by reco::given_advantage");
   if (needs.ref_logp && !in.ref_logp.defined()) fail("ref_logp", "is required by the KL term");
@@ -321,11 +327,36 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     mask = in.mask.contiguous();
   }
 
-  // Groups: given offsets, or built from contiguous prompt ids.
+  // Groups: given offsets, built from contiguous prompt ids, or equal groups of group_size. They
+  // are read by an estimator of rewards and by a response weight that uses G (ReCo's
+  // 1/(G pbar_old)). With given advantages and any other weight nothing reads them: group_size is
+  // then an error; group_offsets and prompt_ids stay accepted (and checked), as they always were
+  // for objectives around reco::given_advantage, and without them the batch is one group.
   at::Tensor groups;
   if (in.group_offsets.defined() && in.prompt_ids.defined())
     fail("prompt_ids", "give either group_offsets or prompt_ids, not both");
-  if (in.group_offsets.defined()) {
+  if (in.group_size < 0) fail("group_size", "must be >= 0 (0 = not given), got " + std::to_string(in.group_size));
+  if (in.group_size > 0 && (in.group_offsets.defined() || in.prompt_ids.defined()))
+    fail("group_size", std::string("give one of group_offsets, prompt_ids and group_size, not group_size and ") +
+                           (in.group_offsets.defined() ? "group_offsets" : "prompt_ids"));
+  const bool reads_groups = needs.rewards || needs.group_size;
+  if (!reads_groups && in.group_size > 0)
+    fail("group_size", who + " reads no groups: its advantages are given and its response weight does not use the "
+                             "group size; it does not read this input");
+  if (!reads_groups && !in.group_offsets.defined() && !in.prompt_ids.defined()) {
+    const std::vector<index_t> whole{0, R};  // one group: a placeholder nothing reads
+    groups = at::tensor(whole, at::TensorOptions().dtype(at::kLong)).to(device);
+  } else if (in.group_size > 0) {
+    const index_t G = in.group_size;
+    if (R % G != 0)
+      fail("group_size", "is " + std::to_string(G) + " but the " + std::to_string(R) +
+                             " responses are not a whole number of groups of that size (give group_offsets or "
+                             "prompt_ids for groups of different sizes)");
+    std::vector<index_t> go;
+    for (index_t g = 0; g <= R; g += G) go.push_back(g);
+    if (R == 0) go = {0};
+    groups = at::tensor(go, at::TensorOptions().dtype(at::kLong)).to(device);
+  } else if (in.group_offsets.defined()) {
     groups = offsets_input(in.group_offsets, "group_offsets", device);
   } else if (in.prompt_ids.defined()) {
     const at::Tensor& ids = in.prompt_ids;
@@ -340,8 +371,12 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     const std::vector<index_t> go =
         group_offsets_from_prompt_ids(span<const index_t>(host_ids.data_ptr<index_t>(), host_ids.numel()));
     groups = at::tensor(go, at::TensorOptions().dtype(at::kLong)).to(device);
+  } else if (!needs.rewards) {
+    fail("group_size", "is required (or give group_offsets or prompt_ids): with given advantages, the response "
+                       "weight 1/(G pbar_old) of " + who + " still needs the group size G");
   } else {
-    fail("group_offsets", "is required (or give prompt_ids): advantages and response weights are per prompt group");
+    fail("group_offsets", "is required (or give prompt_ids or group_size): advantages and response weights are per "
+                          "prompt group");
   }
 
   // Accepted inputs that the objective does not check (see unread_values).
@@ -459,7 +494,7 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
-std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
+std::vector<std::string> override_keys(const std::string& preset) { return detail::preset_keys(preset); }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const planned_step& plan,
@@ -472,13 +507,17 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides) {
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
+  // Advantages given: the preset's estimator is replaced by them (rewards too is an error, below).
+  const bool given = in.advantages.defined() && !in.rewards.defined();
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
   const detail::runner cpu = [&](const detail::run_request& q, objective_result& out) {
-    detail::run_preset_cpu(preset, overrides, q, out);
+    detail::run_preset_cpu(preset, overrides, given, q, out);
   };
   detail::runner cuda;
 #if RECO_TORCH_WITH_CUDA
-  cuda = [&](const detail::run_request& q, objective_result&) { detail::run_preset_cuda(preset, overrides, q); };
+  cuda = [&](const detail::run_request& q, objective_result&) {
+    detail::run_preset_cuda(preset, overrides, given, q);
+  };
 #endif
   return detail::policy_loss_impl(in, needs, cpu, cuda, "preset '" + preset + "'");
 }

@@ -1,16 +1,15 @@
-// The 13 presets on the CUDA backend (built when LibTorch has CUDA and RECO_ENABLE_CUDA is on).
+// The 13 presets on the CUDA backend, each in the adapter's form with rewards and with given
+// advantages (preset_forms.hpp); built when LibTorch has CUDA and RECO_ENABLE_CUDA is on.
 #include "presets.hpp"
 
+#include "preset_forms.hpp"
 #include "reco/torch/detail/cuda_run.cuh"
-#include "reco/registry.hpp"
 
 namespace reco::torch::detail {
 
-void run_preset_cuda(const std::string& preset, const override_map& overrides, const run_request& q) {
-  registry::with_preset(preset, [&](auto obj) {
-    registry::apply_overrides(obj, overrides, "preset '" + preset + "'");
-    run_cuda(obj, q);
-  });
+void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
+                     const run_request& q) {
+  with_preset_form(preset, overrides, given_advantages, [&](const auto& obj) { run_cuda(obj, q); });
 }
 
 }  // namespace reco::torch::detail

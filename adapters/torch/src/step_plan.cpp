@@ -193,8 +193,12 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
 planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& preset,
                              const std::vector<policy_inputs>& micro_batches,
                              const std::map<std::string, double>& overrides, const step_options& options) {
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
-  return detail::build_step_plan_impl(group, needs, detail::preset_plan_ops(preset, overrides),
+  // Given advantages in any micro-batch: the preset's given-advantage form for the whole step (a
+  // micro-batch without them is then named as missing its advantages).
+  bool given = false;
+  for (const policy_inputs& mb : micro_batches) given = given || (mb.advantages.defined() && !mb.rewards.defined());
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
+  return detail::build_step_plan_impl(group, needs, detail::preset_plan_ops(preset, overrides, given),
                                       detail::config_digest(preset, overrides), micro_batches, options);
 }
 
@@ -222,8 +226,9 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
 
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed) {
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides);
-  const detail::plan_ops ops = detail::preset_plan_ops(preset, overrides);
+  const bool given = in.advantages.defined() && !in.rewards.defined();
+  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
+  const detail::plan_ops ops = detail::preset_plan_ops(preset, overrides, given);
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
   const detail::request_owner q = detail::make_request(in, needs);
@@ -245,7 +250,8 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
   planned_step plan;
-  plan.plan = detail::plan_from_summaries(detail::preset_plan_ops(preset, overrides), part.step, summed);
+  const bool given = in.advantages.defined() && !in.rewards.defined();
+  plan.plan = detail::plan_from_summaries(detail::preset_plan_ops(preset, overrides, given), part.step, summed);
   plan.parts = {part};
   return policy_loss(preset, in, overrides, plan, 0);
 }

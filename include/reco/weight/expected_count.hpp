@@ -41,6 +41,7 @@ struct expected_count_weight {
   static constexpr bool needs_old_logp_mean = true;
   static constexpr bool reads_response_weights = false;
   static constexpr bool is_uniform = false;
+  static constexpr bool reads_group_size = true;  // G: the adapters require groups for it
 
   RECO_HOST_DEVICE double raw(const response_context& r) const {
     if (r.length == 0 || r.group_size == 0) return 0.0;

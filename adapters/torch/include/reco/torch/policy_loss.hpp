@@ -9,6 +9,12 @@
 //   auto out = reco::torch::policy_loss("reco", in, {{"clip.eps_high", 0.28}});
 //   out.loss.backward();            // fills logp.grad()
 //
+// Given advantages (verl, TRL): pass in.advantages [R] instead of in.rewards. A preset by name
+// then runs with its advantage estimator replaced by those values (reco::with_given_advantages),
+// everything else unchanged. Groups are needed only where the response weight reads G (ReCo's
+// 1/(G pbar_old)): give group_offsets, prompt_ids or in.group_size; for other presets they are
+// unused, and so an error.
+//
 // The objective computes the loss and d loss / d logp (and d loss / d entropy when an entropy
 // term is on) in one pass; the autograd node multiplies those saved gradients by the incoming
 // gradient. Second derivatives are not available.
@@ -19,6 +25,7 @@
 // objective object when the calling translation unit is compiled by nvcc.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -56,9 +63,10 @@ struct policy_inputs {
   at::Tensor mask;              // bool/uint8, shape of logp; optional (undefined = all valid)
   at::Tensor offsets;           // [R + 1] int64/int32 for packed (undefined = padded layout)
   at::Tensor rewards;           // [R]
-  at::Tensor advantages;        // [R] optional (reco::given_advantage)
+  at::Tensor advantages;        // [R] instead of rewards: replaces the preset's advantage estimator
   at::Tensor group_offsets;     // [P + 1] int64/int32, or
-  at::Tensor prompt_ids;        // [R] integer ids; each prompt's responses must be contiguous
+  at::Tensor prompt_ids;        // [R] integer ids; each prompt's responses must be contiguous, or
+  std::int64_t group_size = 0;  // G of equal groups (0 = not given); see "Given advantages" below
   at::Tensor token_weights;     // optional, like logp (policy term only)
   at::Tensor response_weights;  // optional [R] (reco::caller_weight)
   reco::normalisers normalisers{};
