@@ -96,8 +96,14 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   CMAKE_ARGS="${launchers[*]}" "$venv/bin/pip" install -q --no-build-isolation .
   root=$PWD
   ops=$(cd "$build" && "$venv/bin/python" -c "import reco; print(reco.library_path())")
+  # verl's own policy losses for reco.integrations.verl: the verl wheel without its runtime
+  # dependencies (ray, vLLM, ...; the test stands in for the four its loss module imports) plus the
+  # two small ones that module needs.
+  "$venv/bin/pip" install -q --no-deps "verl==0.9.1"
+  "$venv/bin/pip" install -q omegaconf orjson
   (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
      "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
+     RECO_REQUIRE_VERL=1 "$venv/bin/python" "$root/tests/python/test_verl.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi

@@ -1,0 +1,1 @@
+"""Integrations of reco's objectives into trainers (import the one you use: ``reco.integrations.verl``)."""
