@@ -22,7 +22,7 @@
 #include "io.hpp"
 #include "rl.hpp"
 #include "settings.hpp"
-#include "stats.hpp"
+#include "statistics.hpp"
 
 #ifndef RECO_ABLATION_PLOTS
 #define RECO_ABLATION_PLOTS "examples/ablation/plots.py"
@@ -258,7 +258,7 @@ inline std::string compare_words(double delta, double noise) {
   return delta > 0 ? "above" : "below";
 }
 
-// Every run's Pass@k per held-out problem, for the statistics (stats.hpp).
+// Every run's Pass@k per held-out problem, for the statistics (statistics.hpp).
 inline std::vector<stat_run> runs_at_k(const study_results& res, int64_t k) {
   std::vector<stat_run> out;
   for (const auto& c : res.configs())
@@ -416,7 +416,7 @@ inline std::vector<claim_result> write_report(const std::filesystem::path& out, 
     }
   }
 
-  // Verdicts: the statistics fixed in advance (stats.hpp, docs/ablation.md).
+  // Verdicts: the statistics fixed in advance (statistics.hpp, docs/ablation.md).
   std::vector<claim_result> verdicts;
   {
     std::map<int64_t, std::vector<stat_run>> cache;

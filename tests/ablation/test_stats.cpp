@@ -1,4 +1,4 @@
-// The ablation study's pre-registered statistics (examples/ablation/stats.hpp): Holm's adjustment
+// The ablation study's pre-registered statistics (examples/ablation/statistics.hpp): Holm's adjustment
 // against hand-computed values, the bootstrap's point estimate against a direct computation, its
 // interval on cases whose answer is known, and the verdict rule.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "../../examples/ablation/stats.hpp"
+#include "../../examples/ablation/statistics.hpp"
 
 namespace {
 
