@@ -31,16 +31,16 @@ auto selectable_form(const P& p) {
   return o;
 }
 
-const reco_ref::aggregation ref_kinds[4] = {reco_ref::aggregation::token_mean,
-                                            reco_ref::aggregation::seq_mean_token_mean,
-                                            reco_ref::aggregation::seq_mean_token_sum,
-                                            reco_ref::aggregation::seq_mean_token_sum_norm};
+const reco_ref::aggregation ref_kinds[5] = {
+    reco_ref::aggregation::token_mean, reco_ref::aggregation::seq_mean_token_mean,
+    reco_ref::aggregation::seq_mean_token_sum, reco_ref::aggregation::seq_mean_token_sum_norm,
+    reco_ref::aggregation::seq_mean_token_sum_all};
 
 template <class P>
 void check_kinds(const std::string& name, std::uint64_t seed) {
   auto obj = selectable_form(P{});
   const auto specs = standard_specs();
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     // By key, as a caller selects it.
     reco::registry::set_override(obj, "aggregate.kind", k);
     EXPECT_EQ(static_cast<int>(obj.aggregate.params.kind), k);
@@ -99,7 +99,7 @@ TEST(SelectableAggregate, ParameterErrors) {
               reco::registry::apply_overrides(obj, {{"aggregate.kind", 3.0}, {"aggregate.constant", 5.0}});
             }),
             "");
-  EXPECT_EQ(argument([&] { reco::registry::apply_overrides(obj, {{"aggregate.kind", 4.0}}); }),
+  EXPECT_EQ(argument([&] { reco::registry::apply_overrides(obj, {{"aggregate.kind", 5.0}}); }),
             "overrides.aggregate.kind");
   obj.aggregate.params.kind = reco::aggregation_kind::seq_mean_token_sum_norm;
   obj.aggregate.params.max_length = -1;

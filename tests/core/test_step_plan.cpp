@@ -658,7 +658,7 @@ TEST(StepPlan, ValuesThePlanReadsFailOnEveryPart) {
 TEST(StepPlan, SelectableAggregationEveryKind) {
   using obj_t = reco::objective<reco::grpo_advantage, reco::variance_ratio, reco::ppo_clip,
                                 reco::expected_count_weight, reco::selectable_aggregate, reco::kl_penalty>;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     obj_t obj;
     obj.aggregate.params.kind = static_cast<reco::aggregation_kind>(k);
     check_all_splits<double>(obj, std::string("selectable ") + reco::labels_of(reco::aggregation_kind{}).names[k],

@@ -90,7 +90,7 @@ def ragged_batch(gen, groups=3, G=4, T=7):
     lengths[1] = T
     mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
     old = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 3 - 0.05
-    new = old + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3
+    new = (old + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3).clamp(max=-1e-3)  # log-probabilities
     rewards = torch.randint(0, 2, (B,), generator=gen).double()
     adv = torch.zeros(B, dtype=torch.float64)
     for g in range(groups):
@@ -139,12 +139,13 @@ class VerlRegistry(unittest.TestCase):
             self.assertLessEqual(abs(lv - lr).item(), 1e-12 * max(1.0, abs(lv).item()))
             self.assertLessEqual((gv - gr).abs().max().item(), 1e-12 * max(1.0, gv.abs().max().item()))
             self.assertEqual((gr[~mask] != 0).sum().item(), 0)  # masked tokens: exactly zero gradient
-            self.assertAlmostEqual(mv["actor/pg_clipfrac"], mr["actor/pg_clipfrac"], places=12)
+            # verl averages the clip indicator in float32
+            self.assertAlmostEqual(mv["actor/pg_clipfrac"], mr["actor/pg_clipfrac"], places=6)
 
     def test_caps_come_from_verl_config(self):
         gen = torch.Generator().manual_seed(5)
         old, new, adv, mask = ragged_batch(gen)
-        new = old + 3 * (new - old)  # ratios far from 1: the caps bite
+        new = (old + 3 * (new - old)).clamp(max=-1e-3)  # ratios far from 1: the caps bite
         vanilla = core_algos.get_policy_loss_fn("vanilla")
         ours = core_algos.get_policy_loss_fn("reco_dapo")
         for low, high, c in ((0.1, 0.1, 3.0), (0.3, 0.5, 5.0)):
@@ -174,7 +175,7 @@ class VerlRegistry(unittest.TestCase):
 
     def test_reco_reads_g_from_rollout_n(self):
         gen = torch.Generator().manual_seed(9)
-        old, new, adv, mask = ragged_batch(gen, G=4)
+        old, new, adv, mask = ragged_batch(gen, groups=4, G=4)  # 16 responses: whole groups of 4 and of 8
         fn = core_algos.get_policy_loss_fn("reco")
         l4, _, m4 = loss_and_grad(fn, old, new, adv, mask, loss_agg_mode="seq-mean-token-mean",
                                   config=verl_config(rollout_n=4))

@@ -41,12 +41,14 @@ def make_batch(seed, prompts=5, G=4, T=10):
 
 
 def estimator_advantages(preset, b):
-    """The presets' estimators as plain formulas: GRPO (unbiased std, eps 1e-6), Dr.GRPO (centred)."""
+    """The presets' estimators as plain formulas: GRPO (unbiased std, eps 1e-6; TRL's presets
+    eps 1e-4), Dr.GRPO (centred)."""
     r = b["rewards"].view(-1, b["G"])
     centred = r - r.mean(1, keepdim=True)
     if preset == "dr_grpo":
         return centred.reshape(-1)
-    return (centred / (r.std(1, keepdim=True) + 1e-6)).reshape(-1)
+    eps = 1e-4 if preset.startswith("trl_") else 1e-6
+    return (centred / (r.std(1, keepdim=True) + eps)).reshape(-1)
 
 
 def call(preset, b, **kw):
@@ -261,7 +263,7 @@ class AggregationByKey(unittest.TestCase):
     def test_errors(self):
         b = make_batch(15)
         with self.assertRaisesRegex(Exception, "overrides.aggregate.kind: is a choice"):
-            call("dapo", b, advantages=b["adv"], overrides={"aggregate.kind": 4.0})
+            call("dapo", b, advantages=b["adv"], overrides={"aggregate.kind": 5.0})  # kinds are 0..4
         with self.assertRaisesRegex(Exception, "aggregate.params.constant: is read only by kind"):
             call("dapo", b, advantages=b["adv"], overrides={"aggregate.constant": 10.0})
         with self.assertRaisesRegex(Exception, "overrides.kl.beta"):

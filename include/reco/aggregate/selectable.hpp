@@ -1,4 +1,4 @@
-// selectable_aggregate: one of the four aggregations chosen at run time by its `kind` (a key:
+// selectable_aggregate: one of the five aggregations chosen at run time by its `kind` (a key:
 // "aggregate.kind"), so that an objective compiled once can be normalised token-mean (DAPO,
 // verl's default), seq-mean-token-mean (GRPO), seq-mean-token-sum or seq-mean-token-sum-norm
 // (Dr.GRPO) per call. Each kind's coefficient is the fixed aggregator's own, so the results are
@@ -11,6 +11,7 @@
 
 #include "reco/aggregate/seq_mean_token_mean.hpp"
 #include "reco/aggregate/seq_mean_token_sum.hpp"
+#include "reco/aggregate/seq_mean_token_sum_all.hpp"
 #include "reco/aggregate/seq_mean_token_sum_norm.hpp"
 #include "reco/aggregate/token_mean.hpp"
 #include "reco/component.hpp"
@@ -18,9 +19,16 @@
 
 RECO_NAMESPACE_BEGIN
 
-enum class aggregation_kind : std::uint8_t { token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm };
-constexpr choice_labels<4> labels_of(aggregation_kind) {
-  return {{"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"}};
+enum class aggregation_kind : std::uint8_t {
+  token_mean,
+  seq_mean_token_mean,
+  seq_mean_token_sum,
+  seq_mean_token_sum_norm,
+  seq_mean_token_sum_all
+};
+constexpr choice_labels<5> labels_of(aggregation_kind) {
+  return {{"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
+           "seq_mean_token_sum_all"}};
 }
 
 struct selectable_aggregate {
@@ -54,6 +62,7 @@ struct selectable_aggregate {
       case aggregation_kind::token_mean: return token_mean{}.coefficient(n, response_tokens);
       case aggregation_kind::seq_mean_token_mean: return seq_mean_token_mean{}.coefficient(n, response_tokens);
       case aggregation_kind::seq_mean_token_sum: return seq_mean_token_sum{}.coefficient(n, response_tokens);
+      case aggregation_kind::seq_mean_token_sum_all: return seq_mean_token_sum_all{}.coefficient(n, response_tokens);
       case aggregation_kind::seq_mean_token_sum_norm: break;
     }
     return sum_norm().coefficient(n, response_tokens);
@@ -89,6 +98,11 @@ inline selectable_aggregate selectable_from(const seq_mean_token_sum_norm& s) {
   a.params.kind = aggregation_kind::seq_mean_token_sum_norm;
   a.params.constant = s.params.constant;
   a.params.max_length = s.params.max_length;
+  return a;
+}
+inline selectable_aggregate selectable_from(const seq_mean_token_sum_all&) {
+  selectable_aggregate a;
+  a.params.kind = aggregation_kind::seq_mean_token_sum_all;
   return a;
 }
 inline selectable_aggregate selectable_from(const selectable_aggregate& s) { return s; }
