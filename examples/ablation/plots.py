@@ -77,9 +77,7 @@ def pass_at_k(out, plots):
         ax.grid(alpha=0.3)
     legend(axes[0][0], loc="lower right")
     fig.suptitle("Pass@k on held-out problems (mean ± std over runs: base policies × seeds)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "pass_at_k.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "pass_at_k.png")
 
     # Every configuration, all problems.
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -103,17 +101,14 @@ def pass_at_k(out, plots):
     ax.set_title("Pass@k of every configuration (mean over seeds)")
     ax.grid(alpha=0.3)
     legend(ax, fontsize=8, ncol=2, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "pass_at_k_all_configs.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "pass_at_k_all_configs.png")
 
 
 def delta_vs_grpo(out, plots):
     """Δ Pass@k against GRPO by k, with the hierarchical-bootstrap 95 % intervals."""
-    path = os.path.join(out, "delta_vs_grpo.csv")
-    if not os.path.exists(path):
+    rows = read_optional(out, "delta_vs_grpo.csv")
+    if rows is None:
         return
-    rows = read(path)
     subsets = [s for s in ["all", "rare_only"] if any(r["subset"] == s for r in rows)]
     if not subsets:
         return
@@ -143,17 +138,15 @@ def delta_vs_grpo(out, plots):
         ax.set_title(SUBSET_TITLE.get(sub, sub) + " (bands: 95 % CI, ReCo and Base)", fontsize=10)
         ax.grid(alpha=0.3)
     legend(axes[0][0], fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "delta_vs_grpo.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "delta_vs_grpo.png")
 
 
 def per_run_curves(out, plots):
     """Every run's Pass@k (all problems): the seed and base-policy spread behind the means."""
-    path = os.path.join(out, "pass_at_k_runs.csv")
-    if not os.path.exists(path):
+    rows = read_optional(out, "pass_at_k_runs.csv")
+    if rows is None:
         return
-    rows = [r for r in read(path) if r["subset"] == "all"]
+    rows = [r for r in rows if r["subset"] == "all"]
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for config in ["base", "grpo", "reco"]:
         runs = sorted({(r["base"], r["seed"]) for r in rows if r["config"] == config})
@@ -168,9 +161,7 @@ def per_run_curves(out, plots):
     ax.set_title("Every run (thin: one RL seed; dashed: each base policy)", fontsize=10)
     ax.grid(alpha=0.3)
     legend(ax, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "pass_at_k_runs.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "pass_at_k_runs.png")
 
 
 def by_class(out, plots):
@@ -200,9 +191,7 @@ def by_class(out, plots):
     ax.set_title("Pass@%d by problem class (error bars: std over runs)" % k, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     legend(ax, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "pass_at_k_by_class.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "pass_at_k_by_class.png")
 
 
 def smooth(values, window):
@@ -238,16 +227,13 @@ def training_dynamics(out, plots):
     legend(axes[0][0])
     fig.suptitle("Training dynamics on the RL prompts (rollouts at temperature 1.0; mean ± std over seeds,\n"
                  "%d-step moving average)" % window)
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "training_dynamics.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "training_dynamics.png")
 
 
 def kde(out, plots):
-    path = os.path.join(out, "base_likelihood_kde.csv")
-    if not os.path.exists(path):
+    rows = read_optional(out, "base_likelihood_kde.csv")
+    if rows is None:
         return
-    rows = read(path)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for config in ["base", "grpo", "reco"]:
         pts = [r for r in rows if r["config"] == config]
@@ -262,9 +248,7 @@ def kde(out, plots):
     ax.set_title("Base-policy likelihood of correct responses on held-out problems")
     ax.grid(alpha=0.3)
     legend(ax, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots, "base_likelihood_kde.png"), dpi=110)
-    plt.close(fig)
+    save(fig, plots, "base_likelihood_kde.png")
 
 
 def token_variance(out, plots):
@@ -288,9 +272,19 @@ def token_variance(out, plots):
     ax.set_title("Token variance by relative position\n(error bars: standard error across responses)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     legend(ax)
+    save(fig, plots, "token_variance.png")
+
+
+def save(fig, plots, name):
     fig.tight_layout()
-    fig.savefig(os.path.join(plots, "token_variance.png"), dpi=110)
+    fig.savefig(os.path.join(plots, name), dpi=110)
     plt.close(fig)
+
+
+def read_optional(out, name):
+    """The rows of out/name, or None when the file is not there."""
+    path = os.path.join(out, name)
+    return read(path) if os.path.exists(path) else None
 
 
 def legend(ax, **kw):
