@@ -7,7 +7,10 @@
 # the forward pass on fewer rows, the gradient is a float32 sum over ranks, and AdamW carries the
 # differences into the next optimiser steps. The loss must agree to 1e-5 relative (+ 1e-9), the
 # token and response means to 1e-5 relative + 1e-7 (PPO-KL is a mean of float32 log-ratio noise
-# near 0); the cap hits, the groups trained on and the reward must be equal. (Not GRPO or ReCo:
+# near 0); the cap hits, the groups trained on and the reward must be equal. The mechanism logged
+# per step: the variance-vs-standard ratio gap is all-reduced from the ranks' token sums (1e-3
+# relative: float32 differences of ratios near 1), the weight statistics come from the same
+# rollouts on every rank. (Not GRPO or ReCo:
 # on this task their sequence-mean losses are ~1e-10, a cancellation that tests nothing.)
 file(REMOVE_RECURSE "${OUT}")
 set(configs dapo_reco rule_80_20_reco)
@@ -37,6 +40,7 @@ foreach(cfg IN LISTS configs)
     execute_process(COMMAND "${COMPARE}" "${OUT}/r1/runs/${cfg}_b1_s1/train.csv" "${OUT}/r${ranks}/runs/${cfg}_b1_s1/train.csv"
                             loss:1e-5:1e-9 clip_frac:1e-5:1e-7 ppo_kl:1e-5:1e-7 weight_mean:1e-5:1e-7
                             weight_max:1e-5:1e-7 cap_hits:0:0 groups_used:0:0 reward:0:0
+                            ratio_gap:1e-3:1e-6 weight_spread:1e-5:1e-9 rare_pos_weighted:1e-5:1e-9
                     RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log TIMEOUT 30)
     message(STATUS "${cfg}, 1 rank against ${ranks}:\n${log}")
     if(NOT rc EQUAL 0)
