@@ -3,7 +3,7 @@
 # and runs it. GRPO-family objectives x base policies x seeds on a built-in Countdown task; the report,
 # CSV files and plots go to results/ (or --out DIR).
 #
-#   scripts/reproduce.sh                  # the default study (CPU, about 20 minutes on 2 cores)
+#   scripts/reproduce.sh                  # the default study (CPU, about 12 minutes on 2 cores)
 #   scripts/reproduce.sh --full           # the powered study (every configuration, 8 base policies)
 #   scripts/reproduce.sh --device cuda    # the same program on a GPU (needs a CUDA LibTorch, see below)
 #   scripts/reproduce.sh --out DIR ...    # any other option is passed to reco_ablation (--help)
