@@ -344,7 +344,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     fail("group_size", who + " reads no groups: its advantages are given and its response weight does not use the "
                              "group size; it does not read this input");
   if (!reads_groups && !in.group_offsets.defined() && !in.prompt_ids.defined()) {
-    const std::vector<index_t> whole{0, R};  // one group: a placeholder nothing reads
+    const std::vector<index_t> whole{0, R};  // one group of every response; no component reads it
     groups = at::tensor(whole, at::TensorOptions().dtype(at::kLong)).to(device);
   } else if (in.group_size > 0) {
     const index_t G = in.group_size;
