@@ -349,6 +349,7 @@ struct cpu {
     return p;
   }
   void deallocate(void* p, std::size_t) const { ::operator delete(p, std::align_val_t{256}); }
+  static void release_at_end(void* p, std::size_t) { ::operator delete(p, std::align_val_t{256}); }
 
   template <class T>
   void copy_to_host(T* dst, const T* src, index_t n) const {

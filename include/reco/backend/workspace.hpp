@@ -25,8 +25,13 @@ class workspace {
   explicit workspace(memory_resource* resource) : resource_(resource) {}
   workspace(const workspace&) = delete;
   workspace& operator=(const workspace&) = delete;
+  // The stream (or other context) of the workspace's last call may be gone by now, so the
+  // buffers are handed to the backend's end-of-life release, which needs none.
   ~workspace() {
-    release();
+    if (data_ != nullptr) {
+      if (resource_) resource_->deallocate(data_, capacity_);
+      else Backend::release_at_end(data_, capacity_);
+    }
     Backend::release_scratch(scratch_);
   }
 
