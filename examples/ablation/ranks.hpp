@@ -19,7 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #ifdef RECO_ABLATION_RANKS
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include "reco/torch/gloo_group.hpp"
 #endif
 
 namespace ablation {
@@ -76,9 +76,7 @@ class rank_set {
       children_.push_back(pid);
     }
     auto store = c10::make_intrusive<c10d::FileStore>(pattern + "/store", world);
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, world, opts);
+    group_ = reco::torch::loopback_gloo_group(store, rank_, world, timeout);
 #else
     (void)timeout;
     throw std::runtime_error("--ranks > 1 needs a build with Gloo's headers (Debian: libgloo-dev)");

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include "reco/torch/gloo_group.hpp"
 
 #include "reco/torch/policy_loss.hpp"
 #include "reco/torch/step_plan.hpp"
@@ -100,9 +100,7 @@ std::vector<index_t> part_bounds(index_t R, int parts, std::uint64_t seed) {
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& path, int rank, int world, int timeout_ms) {
   auto store = c10::make_intrusive<c10d::FileStore>(path, world);
-  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(timeout_ms));
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  return reco::torch::loopback_gloo_group(store, rank, world, std::chrono::milliseconds(timeout_ms));
 }
 
 // One rank of a (W, M) run over every preset and both value types; returns the failures seen.
