@@ -5,7 +5,7 @@
 #
 #   scripts/reproduce.sh                  # the default study (CPU, about 12 minutes on 2 cores)
 #   scripts/reproduce.sh --full           # the powered study (every configuration, 8 base policies)
-#   scripts/reproduce.sh --device cuda    # the same program on a GPU (needs a CUDA LibTorch, see below)
+#   scripts/reproduce.sh --device cuda    # the GPU study: --full unless --default (CUDA LibTorch, see below)
 #   scripts/reproduce.sh --out DIR ...    # any other option is passed to reco_ablation (--help)
 #
 # Environment: RECO_BUILD_DIR (default build-ablation), RECO_NO_INSTALL=1 to skip apt-get,

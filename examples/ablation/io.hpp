@@ -33,11 +33,20 @@ struct csv_table {
   const std::string& text(std::size_t row, const std::string& name) const { return rows[row][column(name)]; }
 };
 
+// One CSV line (RFC 4180 quoting: a field in double quotes may hold commas, and "" is a quote).
 inline std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
-  for (char c : line) {
-    if (c == ',') {
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
+      else if (c == '"') quoted = false;
+      else cur += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
       out.push_back(cur);
       cur.clear();
     } else if (c != '\r') {
@@ -46,6 +55,15 @@ inline std::vector<std::string> split_csv_line(const std::string& line) {
   }
   out.push_back(cur);
   return out;
+}
+
+// A cell as CSV text: quoted when it holds a comma, a quote or a line break (a configuration's
+// label such as "ReCo, no weight cap" would otherwise shift every later column).
+inline std::string csv_cell(const std::string& v) {
+  if (v.find_first_of(",\"\n\r") == std::string::npos) return v;
+  std::string q = "\"";
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
 }
 
 inline csv_table read_csv(const std::string& path) {
@@ -73,7 +91,7 @@ class csv_writer {
     std::filesystem::rename(path_ + ".tmp", path_);
   }
   void row(const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out_ << (i ? "," : "") << cells[i];
+    for (std::size_t i = 0; i < cells.size(); ++i) out_ << (i ? "," : "") << csv_cell(cells[i]);
     out_ << "\n";
   }
 

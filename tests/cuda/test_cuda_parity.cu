@@ -138,6 +138,7 @@ void check_preset(const std::string& name) {
   batch_spec big;
   big.groups = 64;
   big.max_length = 2000;
+  big.response_weights = true;  // as in every standard spec (caller_weight reads them)
   check_parity<Obj, float>(Obj{}, make_batch(77, big), name + " large");
 }
 
