@@ -25,6 +25,12 @@
 #include <utility>
 #include <vector>
 
+#include "reco/advantage/batch_std.hpp"
+#include "reco/advantage/gpg.hpp"
+#include "reco/advantage/opo.hpp"
+#include "reco/advantage/pass_at_k.hpp"
+#include "reco/advantage/reinforce_pp.hpp"
+#include "reco/advantage/rloo.hpp"
 #include "reco/config.hpp"
 #include "reco/objective_needs.hpp"
 #include "reco/presets.hpp"
@@ -166,6 +172,56 @@ inline objective_needs needs_of_preset(int index) {
   return preset_needs_table.needs[index];
 }
 inline objective_needs needs_of_preset(const std::string& name) { return needs_of_preset(preset_index(name)); }
+
+// ---- advantage estimators ---------------------------------------------------------------------
+
+// The estimators by name (the batch op reco.advantages and anything else that names one), and
+// whether each reads the responses' valid-token counts.
+template <class T>
+struct estimator_entry {
+  using type = T;
+  const char* name;
+  bool reads_lengths;
+};
+
+inline constexpr auto estimator_table = std::make_tuple(
+    estimator_entry<grpo_advantage>{"grpo", false},
+    estimator_entry<dr_grpo_advantage>{"dr_grpo", false},
+    estimator_entry<rloo_advantage>{"rloo", false},
+    estimator_entry<opo_advantage>{"opo", true},
+    estimator_entry<batch_std_advantage>{"batch_std", false},
+    estimator_entry<gpg_advantage>{"gpg", false},
+    estimator_entry<reinforce_pp_advantage>{"reinforce_pp", true},
+    estimator_entry<pass_at_k_advantage>{"pass_at_k", false});
+
+inline const std::vector<std::string>& estimator_names() {
+  static const std::vector<std::string> names = std::apply(
+      [](const auto&... e) { return std::vector<std::string>{e.name...}; }, estimator_table);
+  return names;
+}
+
+// Whether estimator Est reads the valid-token counts (false for a type not in the table).
+template <class Est>
+constexpr bool estimator_reads_lengths() {
+  return std::apply(
+      [](const auto&... e) {
+        return ((std::is_same_v<typename std::decay_t<decltype(e)>::type, Est> && e.reads_lengths) || ...);
+      },
+      estimator_table);
+}
+
+// Calls f(estimator object) for the estimator called `name`; returns false (and calls nothing)
+// for an unknown name.
+template <class F>
+bool visit_estimator(const std::string& name, F&& f) {
+  return std::apply(
+      [&](const auto&... e) {
+        bool found = false;
+        ((!found && name == e.name ? (f(typename std::decay_t<decltype(e)>::type{}), found = true) : false), ...);
+        return found;
+      },
+      estimator_table);
+}
 
 // ---- fields and keys -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@
 #include "reco/advantage/reinforce_pp.hpp"
 #include "reco/advantage/rloo.hpp"
 #include "reco/aggregate/seq_mean_token_sum_norm.hpp"
+#include "reco/batch_ops/estimate_advantages.hpp"
 #include "reco/clip/entropy_split_clip.hpp"
 #include "reco/entropy/entropy_bonus.hpp"
 #include "reco/ratio/gmpo.hpp"
@@ -332,6 +333,48 @@ TEST(Registry, PeerSwitchesAndTrlPresetsHaveKeys) {
   EXPECT_NE(std::find(luspo_keys.begin(), luspo_keys.end(), "ratio.max_log_ratio"), luspo_keys.end());
   EXPECT_NE(std::find(luspo_keys.begin(), luspo_keys.end(), "clip.delta"), luspo_keys.end());
   static_assert(rg::has_fields_v<reco::vespo_ratio> && !rg::has_fields_v<reco::seq_mean_token_sum_all>);
+}
+
+TEST(Registry, EstimatorsByName) {
+  const std::vector<std::string> names = {"grpo", "dr_grpo", "rloo", "opo", "batch_std", "gpg", "reinforce_pp",
+                                          "pass_at_k"};
+  EXPECT_EQ(rg::estimator_names(), names);
+  static_assert(rg::estimator_reads_lengths<reco::opo_advantage>() &&
+                rg::estimator_reads_lengths<reco::reinforce_pp_advantage>() &&
+                !rg::estimator_reads_lengths<reco::grpo_advantage>());
+  std::string seen;
+  EXPECT_TRUE(rg::visit_estimator("rloo", [&](auto est) { seen = typeid(est).name(); }));
+  EXPECT_EQ(seen, typeid(reco::rloo_advantage).name());
+  EXPECT_FALSE(rg::visit_estimator("ppo", [&](auto) { seen = "called"; }));
+  EXPECT_NE(seen, "called");
+}
+
+// The batch op's advantages against the definitions, on one group and a batch stage:
+// GRPO (r - mean) / (std + eps) with the unbiased std, RLOO r - mean of the others.
+TEST(Registry, EstimateAdvantagesFollowsTheDefinitions) {
+  const std::vector<double> r = {1, 0, 0, 1, 1, 0.5, 2};
+  const std::vector<reco::index_t> groups = {0, 4, 7}, lengths(7, 3);
+  std::vector<double> a(7);
+  ASSERT_EQ(reco::estimate_advantages(reco::grpo_advantage{}, reco::span<const double>(r),
+                                      reco::span<const reco::index_t>(groups), reco::span<const reco::index_t>(lengths),
+                                      reco::span<double>(a)),
+            0u);
+  for (int g = 0; g < 2; ++g) {
+    const int lo = static_cast<int>(groups[g]), hi = static_cast<int>(groups[g + 1]);
+    double mean = 0, ss = 0;
+    for (int i = lo; i < hi; ++i) mean += r[i] / (hi - lo);
+    for (int i = lo; i < hi; ++i) ss += (r[i] - mean) * (r[i] - mean);
+    const double sd = std::sqrt(ss / (hi - lo - 1));
+    for (int i = lo; i < hi; ++i) EXPECT_NEAR(a[i], (r[i] - mean) / (sd + 1e-6), 1e-12) << i;
+  }
+  reco::estimate_advantages(reco::rloo_advantage{}, reco::span<const double>(r), reco::span<const reco::index_t>(groups),
+                            reco::span<const reco::index_t>(lengths), reco::span<double>(a));
+  for (int g = 0; g < 2; ++g) {
+    const int lo = static_cast<int>(groups[g]), hi = static_cast<int>(groups[g + 1]);
+    double sum = 0;
+    for (int i = lo; i < hi; ++i) sum += r[i];
+    for (int i = lo; i < hi; ++i) EXPECT_NEAR(a[i], r[i] - (sum - r[i]) / (hi - lo - 1), 1e-12) << i;
+  }
 }
 
 }  // namespace

@@ -17,15 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "reco/advantage/batch_std.hpp"
-#include "reco/advantage/dr_grpo.hpp"
-#include "reco/advantage/gpg.hpp"
-#include "reco/advantage/grpo.hpp"
-#include "reco/advantage/opo.hpp"
-#include "reco/advantage/pass_at_k.hpp"
-#include "reco/advantage/reinforce_pp.hpp"
-#include "reco/advantage/rloo.hpp"
 #include "reco/backend/cpu.hpp"
+#include "reco/batch_ops/estimate_advantages.hpp"
 #include "reco/batch_ops/filter_groups.hpp"
 #include "reco/batch_ops/kl_reward.hpp"
 #include "reco/batch_ops/overlong_penalty.hpp"
@@ -139,11 +132,6 @@ at::Tensor to_tensor(const std::vector<index_t>& v, const at::Device& device) {
 
 // ---- advantages ------------------------------------------------------------------------------
 
-// Estimators whose group stage or batch stage reads the responses' valid-token counts.
-template <class Est>
-constexpr bool reads_lengths =
-    std::is_same_v<Est, reco::opo_advantage> || std::is_same_v<Est, reco::reinforce_pp_advantage>;
-
 template <class Est>
 void set_advantage_overrides(Est& est, const c10::optional<c10::Dict<std::string, double>>& overrides,
                              const std::string& what) {
@@ -165,13 +153,14 @@ void set_advantage_overrides(Est& est, const c10::optional<c10::Dict<std::string
   reco::detail::validate_component(est, "advantage");
 }
 
-// The estimator's group stage per group, then its batch stage over the whole batch, as the
-// objective runs them (reco/algorithm/response_passes.hpp), in double.
+// The estimator's advantages (reco/batch_ops/estimate_advantages.hpp: the objective's two
+// stages), with the op's input checks and errors.
 template <class Est>
 at::Tensor run_estimator(Est est, const std::string& what, const at::Tensor& rewards_in,
                          const c10::optional<at::Tensor>& group_offsets, const c10::optional<at::Tensor>& prompt_ids,
                          const c10::optional<at::Tensor>& lengths_in,
                          const c10::optional<c10::Dict<std::string, double>>& overrides) {
+  constexpr bool reads_lengths = reco::registry::estimator_reads_lengths<Est>();
   set_advantage_overrides(est, overrides, what);
   const at::Tensor rewards = host_doubles(rewards_in, "rewards");
   const index_t R = rewards.numel();
@@ -181,9 +170,9 @@ at::Tensor run_estimator(Est est, const std::string& what, const at::Tensor& rew
 
   std::vector<index_t> length(static_cast<std::size_t>(R), 0);
   const bool has_lengths = lengths_in.has_value() && lengths_in->defined();
-  if (reads_lengths<Est> && !has_lengths)
+  if (reads_lengths && !has_lengths)
     fail("lengths", "is required by " + what + " (valid tokens per response, e.g. mask.sum(-1))");
-  if (!reads_lengths<Est> && has_lengths)
+  if (!reads_lengths && has_lengths)
     fail("lengths", what + " does not read lengths (only opo and reinforce_pp do)");
   if (has_lengths) {
     const at::Tensor l = host_indices(*lengths_in, "lengths");
@@ -196,38 +185,11 @@ at::Tensor run_estimator(Est est, const std::string& what, const at::Tensor& rew
   }
 
   std::vector<double> adv(static_cast<std::size_t>(R), 0.0);
-  std::uint32_t status = 0;
-  reco::detail::prepare_component(est);
-  for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
-    const index_t lo = groups[g], hi = groups[g + 1];
-    if (hi == lo) continue;
-    const reco::group_input<double> gi{hi - lo, s.data() + lo, length.data() + lo};
-    est.group(gi, adv.data() + lo, status);
-  }
+  const std::uint32_t status = reco::estimate_advantages(est, s, reco::span<const index_t>(groups),
+                                                         reco::span<const index_t>(length), reco::span<double>(adv));
   if (status & reco::singleton_group)
     fail("group_offsets", "a group has a single response and the estimator's singleton policy is 'error'");
   reco::throw_if_error(status);
-  if constexpr (Est::batch_stage != reco::advantage_batch_stage::none) {
-    reco::detail::moments reward, token;
-    double nonzero = 0;
-    for (index_t i = 0; i < R; ++i) {
-      reward = reco::detail::moments::merge(reward, reco::detail::moments::of(s[i]));
-      nonzero += s[i] != 0 ? 1.0 : 0.0;
-      token = reco::detail::moments::merge(
-          token, reco::detail::moments::of(adv[static_cast<std::size_t>(i)],
-                                           static_cast<double>(length[static_cast<std::size_t>(i)])));
-    }
-    reco::advantage_batch_stats b;
-    b.reward_count = reward.weight;
-    b.reward_mean = reward.mean;
-    b.reward_var = reward.variance_unbiased();
-    b.nonzero_rewards = nonzero;
-    b.token_count = token.weight;
-    b.token_mean = token.mean;
-    b.token_var_unbiased = token.variance_unbiased();
-    b.token_var_biased = token.variance_biased();
-    for (double& a : adv) a = est.finalize(a, b);
-  }
   return to_tensor(adv, rewards_in.device());
 }
 
@@ -236,15 +198,11 @@ at::Tensor advantages_op(const std::string& estimator, const at::Tensor& rewards
                          const c10::optional<at::Tensor>& lengths,
                          const c10::optional<c10::Dict<std::string, double>>& overrides) {
   const std::string what = "estimator '" + estimator + "'";
-  auto run = [&](auto est) { return run_estimator(est, what, rewards, group_offsets, prompt_ids, lengths, overrides); };
-  if (estimator == "grpo") return run(reco::grpo_advantage{});
-  if (estimator == "dr_grpo") return run(reco::dr_grpo_advantage{});
-  if (estimator == "rloo") return run(reco::rloo_advantage{});
-  if (estimator == "opo") return run(reco::opo_advantage{});
-  if (estimator == "batch_std") return run(reco::batch_std_advantage{});
-  if (estimator == "gpg") return run(reco::gpg_advantage{});
-  if (estimator == "reinforce_pp") return run(reco::reinforce_pp_advantage{});
-  if (estimator == "pass_at_k") return run(reco::pass_at_k_advantage{});
+  at::Tensor out;
+  if (reco::registry::visit_estimator(estimator, [&](auto est) {
+        out = run_estimator(est, what, rewards, group_offsets, prompt_ids, lengths, overrides);
+      }))
+    return out;
   for (const std::string& p : reco::registry::preset_names())
     if (p == estimator)
       return reco::registry::with_preset(estimator, [&](auto preset) {
@@ -252,7 +210,7 @@ at::Tensor advantages_op(const std::string& estimator, const at::Tensor& rewards
                              lengths, overrides);
       });
   fail("estimator", "unknown estimator or preset '" + estimator +
-                        "' (estimators: grpo, dr_grpo, rloo, opo, batch_std, gpg, reinforce_pp, pass_at_k; presets: " +
+                        "' (estimators: " + reco::registry::join(reco::registry::estimator_names()) + "; presets: " +
                         reco::registry::join(reco::registry::preset_names()) + ")");
 }
 

@@ -47,6 +47,23 @@ struct response_scratch {
   }
 };
 
+// The estimators' batch statistics from the moments of the rewards and of the group-stage
+// advantages weighted by length: one definition for the objective's batch stage and for
+// estimate_advantages (batch_ops/estimate_advantages.hpp).
+RECO_HOST_DEVICE inline advantage_batch_stats advantage_stats_of(const moments& reward, double nonzero_rewards,
+                                                                 const moments& token_adv) {
+  advantage_batch_stats a;
+  a.reward_count = reward.weight;
+  a.reward_mean = reward.mean;
+  a.reward_var = reward.variance_unbiased();
+  a.nonzero_rewards = nonzero_rewards;
+  a.token_count = token_adv.weight;
+  a.token_mean = token_adv.mean;
+  a.token_var_unbiased = token_adv.variance_unbiased();
+  a.token_var_biased = token_adv.variance_biased();
+  return a;
+}
+
 // Reduction over responses right after the group stage.
 struct batch_partial {
   std::uint32_t status = 0;

@@ -405,15 +405,7 @@ struct batch_stats_fn {
   Obj obj;
   RECO_HOST_DEVICE void operator()(index_t) const {
     const batch_partial& p = s->batch;
-    advantage_batch_stats& a = s->adv_stats;
-    a.reward_count = p.reward.weight;
-    a.reward_mean = p.reward.mean;
-    a.reward_var = p.reward.variance_unbiased();
-    a.nonzero_rewards = p.nonzero_rewards;
-    a.token_count = p.token_adv.weight;
-    a.token_mean = p.token_adv.mean;
-    a.token_var_unbiased = p.token_adv.variance_unbiased();
-    a.token_var_biased = p.token_adv.variance_biased();
+    s->adv_stats = advantage_stats_of(p.reward, p.nonzero_rewards, p.token_adv);
     s->weight_scale = 1.0;
     s->weight_log_space = 0;
     if (obj.weight.normalisation() == weight_normalisation::batch_mean && p.weight_sum > 0) {
