@@ -348,7 +348,7 @@ struct cpu {
     void* p = ::operator new(bytes, std::align_val_t{256});
     return p;
   }
-  void deallocate(void* p, std::size_t) const { ::operator delete(p, std::align_val_t{256}); }
+  void deallocate(void* p, std::size_t bytes) const { release_at_end(p, bytes); }
   static void release_at_end(void* p, std::size_t) { ::operator delete(p, std::align_val_t{256}); }
 
   template <class T>

@@ -93,14 +93,12 @@ struct cuda {
     c.scratch = st;
     return c;
   }
-  // At the workspace's end. The stream of its last call may be gone by then (destroying the
-  // stream before the workspace is ordinary RAII order), so the buffers are freed with cudaFree,
-  // which waits for the device and needs no stream.
+  // At the workspace's end (see release_at_end).
   static void release_scratch(scratch_state& st) {
     for (int k = 0; k < 2; ++k) {
       if (st.data[k] == nullptr) continue;
       if (st.resource) st.resource->deallocate(st.data[k], st.bytes[k]);
-      else cudaFree(st.data[k]);
+      else release_at_end(st.data[k], st.bytes[k]);
       st.data[k] = nullptr;
       st.bytes[k] = 0;
     }
@@ -117,8 +115,8 @@ struct cuda {
     return p;
   }
   void deallocate(void* p, std::size_t) const { cudaFreeAsync(p, stream); }
-  // A workspace's buffer at the workspace's end: cudaFree waits for the device and needs no
-  // stream (the last call's may have been destroyed first).
+  // A buffer whose last stream may be gone (destroying the stream before the workspace is
+  // ordinary RAII order): cudaFree waits for the device and needs no stream.
   static void release_at_end(void* p, std::size_t) { cudaFree(p); }
 
   template <class F>
@@ -209,10 +207,10 @@ struct cuda {
     if (st.bytes[slot] >= bytes) return st.data[slot];
     if (st.data[slot] != nullptr) {
       if (st.resource) st.resource->deallocate(st.data[slot], st.bytes[slot]);
-      // On the stream that last used the buffer, ordered after its work; a buffer last used
-      // on another stream (which may be gone) is freed with cudaFree, after the device drains.
+      // Stream-ordered when this call's stream last used the buffer; otherwise that stream may
+      // be gone.
       else if (st.stream == stream) cudaFreeAsync(st.data[slot], stream);
-      else cudaFree(st.data[slot]);
+      else release_at_end(st.data[slot], st.bytes[slot]);
     }
     st.data[slot] = st.resource ? st.resource->allocate(bytes) : allocate(bytes);
     st.bytes[slot] = bytes;
