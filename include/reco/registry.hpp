@@ -123,11 +123,106 @@ inline std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// The index of a preset; throws reco::error naming "preset" (and listing the known names).
+// ---- peer presets ----------------------------------------------------------------------------
+//
+// A peer's default configuration that a preset of the table above computes with other constants:
+// its name, the preset it runs (its base), where the constants come from, and the settings —
+// keys exactly as overrides take them — applied to the base before the caller's overrides (a
+// caller's override of the same key replaces the peer's setting). A peer preset has no type of
+// its own, so nothing more is compiled for it; it runs wherever its base runs. docs/peers.md
+// lists them with the peers' source files.
+struct preset_setting {
+  const char* key = nullptr;  // nullptr ends the list
+  double value = 0;
+};
+
+struct peer_preset {
+  const char* name;
+  const char* base;
+  const char* source;
+  preset_setting settings[6];
+};
+
+inline constexpr peer_preset peer_preset_table[] = {
+    // TRL GRPOConfig: loss_type "dapo" (its default) is bnpo's loss with the step's token count as
+    // the normaliser (num_items_in_batch: pass it in reco::normalisers.tokens).
+    {"trl_dapo", "trl_bnpo", "TRL grpo_config.py: loss_type='dapo' (default), beta 0, epsilon 0.2", {}},
+    // loss_type "dr_grpo" with scale_rewards "none" (Dr.GRPO's own setting); no log-ratio clamp.
+    {"trl_dr_grpo", "dr_grpo", "TRL grpo_config.py: loss_type='dr_grpo', scale_rewards='none', epsilon 0.2",
+     {{"ratio.log_ratio_clamp", 0.0}}},
+    // loss_type "cispo": r capped at epsilon_high = 5 (the value TRL's docs recommend, ScaleRL),
+    // no lower bound, std + 1e-4, no clamp.
+    {"trl_cispo", "cispo", "TRL grpo_config.py: loss_type='cispo', epsilon_high 5.0 (recommended)",
+     {{"advantage.eps", 1e-4}, {"ratio.eps_low", 1.0}, {"ratio.eps_high", 4.0}, {"ratio.log_ratio_clamp", 0.0}}},
+    // verl's actor defaults: loss_mode "vanilla", clip_ratio_low/high 0.2, clip_ratio_c 3 (dual
+    // clip), loss_agg_mode "token-mean", log-ratio clamp 20, no KL loss (use_kl_loss false).
+    {"verl_vanilla", "dapo", "verl workers/config/actor.py (ActorConfig) and core_algos.py compute_policy_loss_vanilla",
+     {{"clip.eps_low", 0.2}, {"clip.eps_high", 0.2}, {"clip.dual_clip", 1.0}, {"clip.dual_clip_c", 3.0}}},
+    // verl's loss_mode "cispo": the detached ratio clipped to [1 - clip_ratio_low, 1 + clip_ratio_high].
+    {"verl_cispo", "cispo", "verl core_algos.py compute_policy_loss_cispo with ActorConfig's clip_ratio_low/high 0.2",
+     {{"ratio.eps_low", 0.2}, {"ratio.eps_high", 0.2}}},
+    // OpenRLHF PolicyLoss defaults: clip_eps_low/high 0.2, no dual clip, token_level_loss true
+    // (token mean), no log-ratio clamp; group_norm advantages over std + 1e-9.
+    {"openrlhf_ppo", "dapo", "OpenRLHF openrlhf/models/loss.py PolicyLoss defaults; group_norm eps 1e-9",
+     {{"advantage.eps", 1e-9},
+      {"ratio.log_ratio_clamp", 0.0},
+      {"clip.eps_low", 0.2},
+      {"clip.eps_high", 0.2},
+      {"clip.dual_clip", 0.0}}},
+};
+
+inline constexpr int peer_preset_count = static_cast<int>(sizeof(peer_preset_table) / sizeof(peer_preset_table[0]));
+
+namespace impl {
+constexpr bool in_preset_table(const char* name) {
+  for (int k = 0; k < preset_count; ++k)
+    if (same_text(name, preset_names_table.names[k])) return true;
+  return false;
+}
+constexpr bool peer_presets_well_formed() {
+  for (int i = 0; i < peer_preset_count; ++i) {
+    if (in_preset_table(peer_preset_table[i].name) || !in_preset_table(peer_preset_table[i].base)) return false;
+    for (int j = i + 1; j < peer_preset_count; ++j)
+      if (same_text(peer_preset_table[i].name, peer_preset_table[j].name)) return false;
+  }
+  return true;
+}
+}  // namespace impl
+static_assert(impl::peer_presets_well_formed(),
+              "reco::registry::peer_preset_table: a name repeats or shadows a preset, or a base is not a preset");
+
+// The peer preset called `name`, or nullptr.
+inline const peer_preset* find_peer_preset(const std::string& name) {
+  for (const peer_preset& p : peer_preset_table)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+// Every name a caller may give: the presets, then the peer presets.
+inline const std::vector<std::string>& known_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v = preset_names();
+    for (const peer_preset& p : peer_preset_table) v.emplace_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+// The index of a preset of the table; throws reco::error naming "preset" (and listing the known
+// names). A peer preset has no index of its own: resolve_preset gives its base and settings.
 inline int preset_index(const std::string& name) {
   for (int k = 0; k < preset_count; ++k)
     if (name == preset_names_table.names[k]) return k;
-  ::reco::detail::fail("preset", "unknown preset '" + name + "' (known: " + join(preset_names()) + ")");
+  if (const peer_preset* p = find_peer_preset(name))
+    ::reco::detail::fail("preset", "'" + name + "' is a peer preset of '" + p->base +
+                                       "' with its own constants: resolve it with registry::resolve_preset");
+  ::reco::detail::fail("preset", "unknown preset '" + name + "' (known: " + join(known_preset_names()) + ")");
+}
+
+// The preset of the table that `name` runs: itself, or a peer preset's base.
+inline int base_preset_index(const std::string& name) {
+  if (const peer_preset* p = find_peer_preset(name)) return preset_index(p->base);
+  return preset_index(name);
 }
 
 // Calls f(preset object) for the preset at `index` if it lies in [Lo, Hi); returns whether it
@@ -158,20 +253,14 @@ decltype(auto) with_preset_at(int index, F& f) {
 }
 }  // namespace impl
 
-// Returns f(preset object) for the preset called `name` (f returns one type for every preset);
-// throws reco::error naming "preset" for an unknown name.
-template <class F>
-decltype(auto) with_preset(const std::string& name, F&& f) {
-  return impl::with_preset_at<0>(preset_index(name), f);
-}
-
 // What preset `index` reads and writes (a table computed at compile time).
 inline objective_needs needs_of_preset(int index) {
   ::reco::detail::require(index >= 0 && index < preset_count, "preset",
                           "index " + std::to_string(index) + " outside [0, " + std::to_string(preset_count) + ")");
   return preset_needs_table.needs[index];
 }
-inline objective_needs needs_of_preset(const std::string& name) { return needs_of_preset(preset_index(name)); }
+// A peer preset reads what its base reads (its settings change constants, not the components).
+inline objective_needs needs_of_preset(const std::string& name) { return needs_of_preset(base_preset_index(name)); }
 
 // ---- advantage estimators ---------------------------------------------------------------------
 
@@ -406,11 +495,6 @@ std::vector<std::string> override_keys(Obj obj) {
   return keys;
 }
 
-// The keys preset `name` accepts.
-inline std::vector<std::string> preset_override_keys(const std::string& name) {
-  return with_preset(name, [](auto obj) { return override_keys(obj); });
-}
-
 // Sets one key; throws reco::error naming "overrides.<key>" for a key the objective lacks or a
 // value its field cannot take. Does not validate the objective (apply_overrides does).
 template <class Obj>
@@ -450,6 +534,64 @@ void apply_overrides(Obj& obj, const Overrides& overrides, const std::string& wh
     set_override(obj, entry.first, entry.second, what);
   }
   obj.validate();
+}
+
+// ---- peer presets, resolved -------------------------------------------------------------------
+
+// Sets a peer preset's settings on an object of its base (nothing for a preset of the table).
+// The settings are the registry's own, so a bad one is a bug in the table: the tests apply
+// every peer preset.
+template <class Obj>
+void apply_peer_settings(Obj& obj, const std::string& name) {
+  const peer_preset* p = find_peer_preset(name);
+  if (p == nullptr) return;
+  const std::string who = "peer preset '" + name + "'";
+  for (const preset_setting& s : p->settings) {
+    if (s.key == nullptr) break;
+    set_override(obj, s.key, s.value, who);
+  }
+}
+
+// Returns f(preset object) for the preset called `name` (f returns one type for every preset):
+// a peer preset's base with the peer's settings applied. Throws reco::error naming "preset" for
+// an unknown name.
+template <class F>
+decltype(auto) with_preset(const std::string& name, F&& f) {
+  const int index = base_preset_index(name);
+  auto with_settings = [&](auto obj) -> decltype(auto) {
+    apply_peer_settings(obj, name);
+    return f(obj);
+  };
+  return impl::with_preset_at<0>(index, with_settings);
+}
+
+// The keys preset `name` accepts.
+inline std::vector<std::string> preset_override_keys(const std::string& name) {
+  return with_preset(name, [](auto obj) { return override_keys(obj); });
+}
+
+// A name made ready for code that runs presets of the table by index (the CUDA adapter): the
+// index of the preset that runs, and the overrides to apply to it — a peer preset's settings
+// first, then the caller's (a caller's key replaces the peer's setting of that key).
+struct resolved_preset {
+  int index = -1;
+  override_list overrides;
+};
+
+template <class Overrides = override_list>
+resolved_preset resolve_preset(const std::string& name, const Overrides& caller = {}) {
+  resolved_preset r;
+  r.index = base_preset_index(name);
+  if (const peer_preset* p = find_peer_preset(name)) {
+    for (const preset_setting& s : p->settings) {
+      if (s.key == nullptr) break;
+      bool replaced = false;
+      for (const auto& entry : caller) replaced = replaced || entry.first == s.key;
+      if (!replaced) r.overrides.emplace_back(s.key, s.value);
+    }
+  }
+  for (const auto& entry : caller) r.overrides.emplace_back(entry.first, entry.second);
+  return r;
 }
 
 }  // namespace registry

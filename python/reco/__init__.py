@@ -52,6 +52,15 @@ def presets() -> List[str]:
     return list(_ops.presets())
 
 
+def peer_presets() -> Dict[str, str]:
+    """The peer presets (``verl_vanilla``, ``trl_dapo``, ...) as name -> the preset it runs.
+
+    A peer preset is a preset of ``presets()`` with a peer's default constants (docs/peers.md);
+    every function that takes a preset name takes these too, and ``overrides`` apply on top."""
+    flat = list(_ops.peer_presets())
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
 def override_keys(preset: str) -> List[str]:
     """The keys ``overrides`` may set for ``preset`` ("<component>.<field>")."""
     return list(_ops.override_keys(preset))

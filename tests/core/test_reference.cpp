@@ -4,6 +4,7 @@
 
 #include "core/compare.hpp"
 #include "reco/presets.hpp"
+#include "reco/registry.hpp"
 
 namespace {
 
@@ -33,6 +34,32 @@ TEST(Presets, Rule8020Reco) { check_preset<reco::presets::rule_80_20_reco>("rule
 TEST(Presets, TrlBnpo) { check_preset<reco::presets::trl_bnpo>("trl_bnpo", 14); }
 TEST(Presets, TrlLuspo) { check_preset<reco::presets::trl_luspo>("trl_luspo", 15); }
 TEST(Presets, TrlVespo) { check_preset<reco::presets::trl_vespo>("trl_vespo", 16); }
+
+// Peer presets: the base preset's type with the peer's settings from the registry, against the
+// reference's own spelling of that peer's defaults.
+template <class Base>
+void check_peer_preset(const std::string& name, std::uint64_t seed) {
+  ASSERT_EQ(reco::registry::base_preset_index(name), reco::registry::preset_index(reco::registry::find_peer_preset(name)->base));
+  Base obj;
+  reco::registry::apply_peer_settings(obj, name);
+  const reco_ref::config cfg = reco_ref::preset(name);
+  check_against_reference(obj, cfg, name, seed);
+  check_finite_differences(obj, cfg, name, seed + 500, true);
+}
+
+TEST(PeerPresets, EachAgainstTheReference) {
+  const std::vector<std::string> expected = {"trl_dapo", "trl_dr_grpo", "trl_cispo",
+                                             "verl_vanilla", "verl_cispo", "openrlhf_ppo"};
+  ASSERT_EQ(reco::registry::peer_preset_count, static_cast<int>(expected.size()));
+  for (int k = 0; k < reco::registry::peer_preset_count; ++k)
+    EXPECT_EQ(std::string(reco::registry::peer_preset_table[k].name), expected[k]);
+  check_peer_preset<reco::presets::trl_bnpo>("trl_dapo", 31);
+  check_peer_preset<reco::presets::dr_grpo>("trl_dr_grpo", 32);
+  check_peer_preset<reco::presets::cispo>("trl_cispo", 33);
+  check_peer_preset<reco::presets::dapo>("verl_vanilla", 34);
+  check_peer_preset<reco::presets::cispo>("verl_cispo", 35);
+  check_peer_preset<reco::presets::dapo>("openrlhf_ppo", 36);
+}
 
 // The preset constants themselves (docs/presets.md lists them with their sources).
 TEST(Presets, Constants) {

@@ -378,3 +378,67 @@ TEST(Registry, EstimateAdvantagesFollowsTheDefinitions) {
 }
 
 }  // namespace
+
+namespace {
+
+// Peer presets: a base of the table plus settings, resolved by every name lookup.
+TEST(Registry, PeerPresetsResolveToTheirBaseWithTheirSettings) {
+  std::vector<std::string> known = expected_names;
+  for (const char* n : {"trl_dapo", "trl_dr_grpo", "trl_cispo", "verl_vanilla", "verl_cispo", "openrlhf_ppo"})
+    known.emplace_back(n);
+  EXPECT_EQ(rg::known_preset_names(), known);
+  EXPECT_EQ(rg::preset_names(), expected_names) << "the typed table is unchanged";
+
+  // Each peer's settings apply to its base and pass the objective's checks.
+  for (const rg::peer_preset& p : rg::peer_preset_table) {
+    EXPECT_NO_THROW(rg::with_preset(p.name, [](auto obj) { obj.validate(); })) << p.name;
+    EXPECT_EQ(rg::base_preset_index(p.name), rg::preset_index(p.base)) << p.name;
+    const reco::objective_needs a = rg::needs_of_preset(p.name), b = rg::needs_of_preset(p.base);
+    EXPECT_EQ(a.ref_logp, b.ref_logp) << p.name;
+    EXPECT_EQ(a.entropy, b.entropy) << p.name;
+    EXPECT_EQ(rg::preset_override_keys(p.name), rg::preset_override_keys(p.base)) << p.name;
+  }
+
+  // The constants as the peers' sources give them.
+  auto value = [](const std::string& preset, const std::string& key) {
+    return rg::with_preset(preset, [&](auto obj) { return rg::get_override(obj, key); });
+  };
+  EXPECT_EQ(value("verl_vanilla", "clip.eps_high"), 0.2);
+  EXPECT_EQ(value("verl_vanilla", "clip.dual_clip_c"), 3.0);
+  EXPECT_EQ(value("verl_vanilla", "clip.dual_clip"), 1.0);  // hard
+  EXPECT_EQ(value("dapo", "clip.eps_high"), 0.28) << "the base keeps its own constants";
+  EXPECT_EQ(value("openrlhf_ppo", "clip.dual_clip"), 0.0);
+  EXPECT_EQ(value("openrlhf_ppo", "ratio.log_ratio_clamp"), 0.0);
+  EXPECT_EQ(value("openrlhf_ppo", "advantage.eps"), 1e-9);
+  EXPECT_EQ(value("trl_cispo", "ratio.eps_high"), 4.0);
+  EXPECT_EQ(value("trl_cispo", "advantage.eps"), 1e-4);
+  EXPECT_EQ(value("verl_cispo", "ratio.eps_low"), 0.2);
+  EXPECT_EQ(value("trl_dr_grpo", "ratio.log_ratio_clamp"), 0.0);
+  EXPECT_EQ(value("trl_dapo", "advantage.eps"), 1e-4);
+
+  // For code that runs by index: the peer's settings, then the caller's; a caller's key replaces
+  // the peer's setting of that key rather than repeating it.
+  const rg::resolved_preset r = rg::resolve_preset("verl_vanilla", rg::override_list{{"clip.eps_high", 0.28}});
+  EXPECT_EQ(r.index, rg::preset_index("dapo"));
+  const rg::override_list expected_list = {
+      {"clip.eps_low", 0.2}, {"clip.dual_clip", 1.0}, {"clip.dual_clip_c", 3.0}, {"clip.eps_high", 0.28}};
+  EXPECT_EQ(r.overrides, expected_list);
+  EXPECT_EQ(rg::resolve_preset("dapo").overrides.size(), 0u);
+  EXPECT_EQ(rg::resolve_preset("dapo").index, rg::preset_index("dapo"));
+}
+
+TEST(Registry, PeerPresetNamesInErrors) {
+  const reco::error e = caught([] { rg::preset_index("verl_vanilla"); });
+  EXPECT_EQ(e.argument(), "preset");
+  EXPECT_TRUE(contains(e.what(), "peer preset")) << e.what();
+  const reco::error u = caught([] { rg::needs_of_preset("verl_vanila"); });
+  EXPECT_EQ(u.argument(), "preset");
+  EXPECT_TRUE(contains(u.what(), "verl_vanilla")) << "lists the peer presets: " << u.what();
+  // A caller's bad key on a peer preset is named as for any preset.
+  const reco::error k = caught([] {
+    rg::with_preset("verl_vanilla", [](auto obj) { rg::apply_overrides(obj, rg::override_list{{"clip.eps_hi", 0.3}}); });
+  });
+  EXPECT_EQ(k.argument(), "overrides.clip.eps_hi");
+}
+
+}  // namespace

@@ -137,6 +137,33 @@ TEST(AdapterValidation, PresetsByName) {
   EXPECT_EQ(reco_cuda_preset_name(-1), nullptr);
 }
 
+TEST(AdapterValidation, PeerPresetsByName) {
+  // A peer preset runs its base with the peer's settings, through the same host checks.
+  ASSERT_EQ(std::string(reco_cuda_peer_preset_name(0)), "trl_dapo");
+  int peers = 0;
+  while (reco_cuda_peer_preset_name(peers) != nullptr) ++peers;
+  EXPECT_EQ(peers, reco::registry::peer_preset_count);
+  EXPECT_EQ(reco_cuda_peer_preset_name(-1), nullptr);
+  EXPECT_FALSE(ca::preset_needs("verl_vanilla").ref_logp);
+  EXPECT_EQ(ca::override_keys("verl_vanilla"), ca::override_keys("dapo"));
+  std::vector<std::string> listed;
+  for (int k = 0; reco_cuda_override_key("verl_vanilla", k) != nullptr; ++k)
+    listed.emplace_back(reco_cuda_override_key("verl_vanilla", k));
+  EXPECT_EQ(listed, ca::override_keys("dapo"));
+  EXPECT_NO_THROW(ca::check_overrides("verl_vanilla", {{"clip.eps_high", 0.3}}));
+  try {
+    ca::check_overrides("openrlhf_ppo", {{"clip.eps_hi", 0.3}});
+    ADD_FAILURE() << "expected reco::error";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "overrides.clip.eps_hi");
+  }
+  const double v = 0.3;
+  const char* key = "clip.eps_high";
+  EXPECT_EQ(reco_cuda_check_overrides("verl_cispo", &key, &v, 1), RECO_CUDA_INVALID_ARGUMENT)
+      << "cispo has no clip: the key is named";
+  EXPECT_NE(std::string(reco_cuda_last_error()).find("overrides.clip.eps_high"), std::string::npos);
+}
+
 TEST(AdapterValidation, StructsConvertToTheCoreViews) {
   reco_cuda_objective_args a = valid_args();
   a.global_tokens = 1000;

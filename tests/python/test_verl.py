@@ -222,5 +222,46 @@ class VerlRegistry(unittest.TestCase):
         self.assertLessEqual(kept, int(torch.ceil(torch.tensor(0.2 * float(mask.sum())))))
 
 
+class VerlPeerPresets(unittest.TestCase):
+    """reco's verl_* peer presets against verl's own losses at verl's own ActorConfig defaults
+    (clip_ratio_low/high 0.2, clip_ratio_c 3 in verl 0.9.1)."""
+
+    def check(self, verl_name, preset, seed):
+        from verl.workers.config import ActorConfig
+
+        gen = torch.Generator().manual_seed(seed)
+        fn = core_algos.get_policy_loss_fn(verl_name)
+        # verl's own defaults: an ActorConfig with only the fields it requires
+        cfg = ActorConfig(strategy="fsdp", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, rollout_n=4)
+        worst = 0.0
+        for _ in range(24):
+            old, new, adv, mask = ragged_batch(gen)
+            new = (old + 2 * (new - old)).clamp(max=-1e-3)  # ratios beyond the caps
+            lv, gv, _ = loss_and_grad(fn, old, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+            first = adv[torch.arange(adv.shape[0]), torch.argmax(mask.to(torch.int8), dim=1)] * mask.any(1)
+            x = new.clone().requires_grad_(True)
+            out = reco.policy_loss(preset, x, old_logp=old, mask=mask, advantages=first)
+            out.loss.backward()
+            rel = abs(lv - out.loss.detach()).item() / max(1e-300, abs(lv).item())
+            worst = max(worst, rel)
+            self.assertLessEqual(abs(lv - out.loss.detach()).item(), 1e-12 * max(1.0, abs(lv).item()), preset)
+            self.assertLessEqual((gv - x.grad).abs().max().item(), 1e-12 * max(1.0, gv.abs().max().item()), preset)
+            self.assertEqual((x.grad[~mask] != 0).sum().item(), 0)
+        print(f"test_verl: {preset} vs verl '{verl_name}' at verl's defaults, 24 batches: "
+              f"max relative loss difference {worst:.1e}")
+
+    def test_verl_vanilla(self):
+        self.check("vanilla", "verl_vanilla", 21)
+
+    def test_verl_cispo(self):
+        self.check("cispo", "verl_cispo", 22)
+
+    def test_listed_with_their_bases(self):
+        peers = reco.peer_presets()
+        self.assertEqual(peers["verl_vanilla"], "dapo")
+        self.assertEqual(peers["verl_cispo"], "cispo")
+        self.assertNotIn("verl_vanilla", reco.presets())  # presets() is the typed table
+
+
 if __name__ == "__main__":
     unittest.main()

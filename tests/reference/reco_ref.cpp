@@ -1117,6 +1117,45 @@ config preset(const std::string& name) {
     }
     return c;
   }
+  // Peer presets (reco/registry.hpp's peer_preset_table), written here from the peers' own
+  // defaults rather than from the table.
+  if (name == "trl_dapo") return preset("trl_bnpo");  // the global token count comes from the caller
+  if (name == "trl_dr_grpo") {  // loss_type "dr_grpo" with scale_rewards "none"
+    c = preset("dr_grpo");
+    c.log_ratio_clamp = 0;
+    return c;
+  }
+  if (name == "trl_cispo") {  // -clamp(r, max=epsilon_high).detach() * A * logp, epsilon_high 5
+    c = preset("cispo");
+    c.adv_eps = 1e-4;
+    c.log_ratio_clamp = 0;
+    c.cispo_eps_low = 1.0;   // no lower bound: 1 - 1 = 0
+    c.cispo_eps_high = 4.0;  // the cap is 1 + 4 = epsilon_high
+    return c;
+  }
+  if (name == "verl_vanilla") {  // ActorConfig: clip_ratio 0.2/0.2, clip_ratio_c 3, token-mean
+    c = preset("dapo");
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::hard;
+    c.dual_c = 3;
+    return c;
+  }
+  if (name == "verl_cispo") {  // clamp(r, 1 - 0.2, 1 + 0.2).detach() * A * logp
+    c = preset("cispo");
+    c.cispo_eps_low = 0.2;
+    c.cispo_eps_high = 0.2;
+    return c;
+  }
+  if (name == "openrlhf_ppo") {  // PolicyLoss(0.2, 0.2), token_level_loss, exp(logp - old) unclamped
+    c = preset("dapo");
+    c.adv_eps = 1e-9;
+    c.log_ratio_clamp = 0;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::off;
+    return c;
+  }
   throw std::invalid_argument("reco_ref: unknown preset '" + name + "'");
 }
 

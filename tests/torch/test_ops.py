@@ -161,6 +161,38 @@ class PolicyLoss(unittest.TestCase):
         self.assertIn("clip.eps_high", reco.override_keys("grpo"))
         self.assertEqual(len(reco.presets()), 16)
 
+    def test_peer_presets(self):
+        # A peer preset is its base with the peer's constants; overrides apply on top.
+        def verl_vanilla(b, logp):
+            adv = group_advantages(b["rewards"], b["G"])
+            return masked_token_mean(ppo_surrogate(token_ratio(logp, b["old"]), adv, 0.2, 0.2, 3.0), b["maskf"])
+
+        def openrlhf_ppo(b, logp, eps_high=0.2):
+            adv = group_advantages(b["rewards"], b["G"], eps=1e-9)
+            ratio = (logp - b["old"]).exp()  # no clamp of the log-ratio
+            return masked_token_mean(ppo_surrogate(ratio, adv, 0.2, eps_high, None), b["maskf"])
+
+        peers = dict(zip(list(reco.peer_presets())[0::2], list(reco.peer_presets())[1::2]))
+        self.assertEqual(peers["verl_vanilla"], "dapo")
+        self.assertEqual(peers["openrlhf_ppo"], "dapo")
+        for seed in (8, 9):
+            b = make_batch(seed)
+            for name, fn, kw in (("verl_vanilla", verl_vanilla, {}), ("openrlhf_ppo", openrlhf_ppo, {}),
+                                 ("openrlhf_ppo", openrlhf_ppo, {"eps_high": 0.3})):
+                overrides = {"clip.eps_high": kw["eps_high"]} if kw else None
+                loss, _, grad = run_op(name, b, overrides=overrides) if overrides else run_op(name, b)
+                want, want_grad = run_formula(fn, b, **kw)
+                self.assertLessEqual(abs(loss.item() - want.item()), 1e-12, name)
+                self.assertLessEqual((grad - want_grad).abs().max().item(), 1e-12, name)
+            # the same call as its base with the peer's settings as overrides
+            a, _, ga = run_op("verl_vanilla", b)
+            c, _, gc = run_op("dapo", b, overrides={"clip.eps_high": 0.2, "clip.dual_clip_c": 3.0})
+            self.assertEqual(a.item(), c.item())
+            self.assertTrue(torch.equal(ga, gc))
+        self.assertEqual(list(reco.override_keys("verl_vanilla")), list(reco.override_keys("dapo")))
+        with self.assertRaisesRegex(Exception, "verl_vanilla"):
+            run_op("verl_vanila", make_batch(1))  # the known names listed include the peers
+
     def test_packed_equals_padded(self):
         b = make_batch(5)
         _, _, grad = run_op("dapo", b)

@@ -47,7 +47,7 @@ static_assert(parts::part_bounds[3] == preset_count, "the three preset translati
 
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
-objective_needs preset_needs(const std::string& preset) { return needs_of_preset(preset_index(preset)); }
+objective_needs preset_needs(const std::string& preset) { return needs_of_preset(preset); }
 
 std::vector<std::string> override_keys(const std::string& preset) { return registry::preset_override_keys(preset); }
 
@@ -58,15 +58,16 @@ void check_overrides(const std::string& preset, const override_list& overrides) 
 const objective_result* run_preset_async(const std::string& preset, const override_list& overrides,
                                          const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx,
                                          objective_result* device_result) {
-  const int index = preset_index(preset);
+  // A peer preset runs its base with the peer's settings before the caller's overrides.
+  const registry::resolved_preset run = registry::resolve_preset(preset, overrides);
   // Bad overrides and arguments are reported here, before any device work; the translation unit
   // that runs the preset applies the overrides to its object and the typed call validates again.
   if (!overrides.empty()) check_overrides(preset, overrides);
-  validate(args, needs_of_preset(index));
+  validate(args, needs_of_preset(run.index));
   const objective_result* out = nullptr;
-  if (!(parts::run_part0(index, overrides, args, stream, ctx, device_result, &out) ||
-        parts::run_part1(index, overrides, args, stream, ctx, device_result, &out) ||
-        parts::run_part2(index, overrides, args, stream, ctx, device_result, &out)))
+  if (!(parts::run_part0(run.index, run.overrides, args, stream, ctx, device_result, &out) ||
+        parts::run_part1(run.index, run.overrides, args, stream, ctx, device_result, &out) ||
+        parts::run_part2(run.index, run.overrides, args, stream, ctx, device_result, &out)))
     ::reco::detail::fail("preset", "no translation unit compiled preset '" + preset + "'");
   return out;
 }
@@ -236,6 +237,10 @@ int reco_cuda_check_overrides(const char* preset, const char* const* keys, const
 
 const char* reco_cuda_preset_name(int k) { return reco::registry::preset_name(k); }
 
+const char* reco_cuda_peer_preset_name(int k) {
+  return k >= 0 && k < reco::registry::peer_preset_count ? reco::registry::peer_preset_table[k].name : nullptr;
+}
+
 const char* reco_cuda_override_key(const char* preset, int k) {
   if (preset == nullptr) {
     bad_argument("preset", "is null");
@@ -250,7 +255,8 @@ const char* reco_cuda_override_key(const char* preset, int k) {
         all.push_back(reco::registry::preset_override_keys(name));
       return all;
     }();
-    const auto& list = keys[static_cast<std::size_t>(reco::registry::preset_index(preset))];
+    // A peer preset takes its base's keys.
+    const auto& list = keys[static_cast<std::size_t>(reco::registry::base_preset_index(preset))];
     if (k >= 0 && static_cast<std::size_t>(k) < list.size()) key = list[static_cast<std::size_t>(k)].c_str();
   });
   return key;

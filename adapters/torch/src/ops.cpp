@@ -143,6 +143,15 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logit
 
 std::vector<std::string> stat_names_op() { return reco::torch::stat_names(); }
 std::vector<std::string> presets_op() { return reco::torch::preset_names(); }
+// The peer presets as a flat list: name, base, name, base, ...
+std::vector<std::string> peer_presets_op() {
+  std::vector<std::string> out;
+  for (const auto& p : reco::torch::peer_presets()) {
+    out.push_back(p.first);
+    out.push_back(p.second);
+  }
+  return out;
+}
 std::vector<std::string> override_keys_op(const std::string& preset) { return reco::torch::override_keys(preset); }
 
 }  // namespace
@@ -173,5 +182,6 @@ TORCH_LIBRARY(reco, m) {
         &token_logp_entropy_op);
   m.def("stat_names() -> str[]", &stat_names_op);
   m.def("presets() -> str[]", &presets_op);
+  m.def("peer_presets() -> str[]", &peer_presets_op);
   m.def("override_keys(str preset) -> str[]", &override_keys_op);
 }

@@ -494,6 +494,12 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
 
+std::vector<std::pair<std::string, std::string>> peer_presets() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const registry::peer_preset& p : registry::peer_preset_table) out.emplace_back(p.name, p.base);
+  return out;
+}
+
 std::vector<std::string> override_keys(const std::string& preset) { return detail::preset_keys(preset); }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,

@@ -187,7 +187,7 @@ def register(names: Iterable[str] = LOSSES, prefix: str = "") -> Dict[str, Any]:
         from verl.trainer.ppo import core_algos
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("reco.integrations.verl needs verl (pip install verl)") from e
-    known = set(reco.presets())
+    known = set(reco.presets()) | set(reco.peer_presets())
     done: Dict[str, Any] = {}
     for name in names:
         if name not in known:

@@ -124,7 +124,8 @@ void reco_cuda_context_destroy(reco_cuda_context* ctx);
  * each pointer is device memory before any work (a host pointer is then an argument error). */
 int reco_cuda_context_set_options(reco_cuda_context* ctx, int max_blocks, int vector_loads, int check_pointers);
 
-/* The objective called `preset` (reco_cuda_preset_name lists them). `result` receives the result
+/* The objective called `preset` (reco_cuda_preset_name lists them; a peer preset's name,
+ * reco_cuda_peer_preset_name, runs its base with the peer's constants). `result` receives the result
  * for RECO_CUDA_RESULT_HOST (host memory) and RECO_CUDA_RESULT_DEVICE (device memory);
  * `workspace_result` receives the workspace pointer for RECO_CUDA_RESULT_WORKSPACE (else NULL). */
 int reco_cuda_objective(reco_cuda_context* ctx, const char* preset, const reco_cuda_objective_args* args,
@@ -151,6 +152,9 @@ int reco_cuda_logits_backward(const reco_cuda_logits_args* args, cudaStream_t st
 
 /* The k-th preset name (NULL past the last). */
 const char* reco_cuda_preset_name(int k);
+/* The k-th peer preset name (NULL past the last): a preset with a peer's default constants,
+ * accepted wherever a preset name is (docs/presets.md, "Peer presets"). */
+const char* reco_cuda_peer_preset_name(int k);
 /* The k-th override key `preset` accepts (NULL past the last; NULL for an unknown preset, with
  * reco_cuda_last_error naming "preset"). The string is static. */
 const char* reco_cuda_override_key(const char* preset, int k);

@@ -90,6 +90,10 @@ struct policy_output {
 // reco_response_only, reco_token_only, dapo_reco, rule_80_20, rule_80_20_reco, trl_bnpo,
 // trl_luspo, trl_vespo).
 const std::vector<std::string>& preset_names();
+// The peer presets (verl_vanilla, trl_dapo, ...: a preset of the list above with a peer's
+// constants; reco/registry.hpp, docs/peers.md) as (name, the preset it runs). Every function that
+// takes a preset name takes these too.
+std::vector<std::pair<std::string, std::string>> peer_presets();
 // The override keys a preset accepts ("clip.eps_high", "kl.beta", ...).
 std::vector<std::string> override_keys(const std::string& preset);
 
