@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "reco/advantage/dr_grpo.hpp"
+#include "reco/advantage/gpg.hpp"
 #include "reco/advantage/grpo.hpp"
 #include "reco/aggregate/seq_mean_token_mean.hpp"
 #include "reco/aggregate/seq_mean_token_sum_all.hpp"
@@ -22,6 +23,8 @@
 #include "reco/objective.hpp"
 #include "reco/ratio/cispo.hpp"
 #include "reco/ratio/flipped.hpp"
+#include "reco/ratio/reinforce.hpp"
+#include "reco/ratio/sapo.hpp"
 #include "reco/ratio/sequence.hpp"
 #include "reco/ratio/token.hpp"
 #include "reco/ratio/variance.hpp"
@@ -177,6 +180,16 @@ struct trl_luspo : objective<grpo_advantage, sequence_ratio, ppo_clip, uniform_w
 struct trl_vespo : objective<grpo_advantage, vespo_ratio, no_clip, uniform_weight, token_mean> {
   trl_vespo() { detail::trl_defaults(*this); }
 };
+
+// verl's loss_mode "gpg" with its adv_estimator "gpg" (GPG): -A logp, no ratio and no clip,
+// token-mean. With given advantages and rollout IS weights as token weights it is also verl's
+// REINFORCE loss (bypass mode's loss_type "reinforce").
+struct gpg : objective<gpg_advantage, reinforce_ratio, no_clip, uniform_weight, token_mean> {};
+
+// SAPO's soft gate (4/tau) sigmoid(tau (r - 1)) in place of the clip, tau 1 (A > 0) and 1.05
+// (A <= 0), seq-mean-token-mean: verl's loss_mode "sapo" (which forces that aggregation) at its
+// defaults; TRL's loss_type "sapo" is the peer preset trl_sapo.
+struct sapo : objective<grpo_advantage, sapo_ratio, no_clip, uniform_weight, seq_mean_token_mean> {};
 
 }  // namespace presets
 RECO_NAMESPACE_END

@@ -63,7 +63,9 @@ inline constexpr auto preset_table = std::make_tuple(
     preset_entry<presets::rule_80_20_reco>{"rule_80_20_reco"},
     preset_entry<presets::trl_bnpo>{"trl_bnpo"},
     preset_entry<presets::trl_luspo>{"trl_luspo"},
-    preset_entry<presets::trl_vespo>{"trl_vespo"});
+    preset_entry<presets::trl_vespo>{"trl_vespo"},
+    preset_entry<presets::gpg>{"gpg"},
+    preset_entry<presets::sapo>{"sapo"});
 
 using preset_table_type = std::decay_t<decltype(preset_table)>;
 inline constexpr int preset_count = static_cast<int>(std::tuple_size_v<preset_table_type>);
@@ -163,6 +165,9 @@ inline constexpr peer_preset peer_preset_table[] = {
      {{"ratio.eps_low", 0.2}, {"ratio.eps_high", 0.2}}},
     // OpenRLHF PolicyLoss defaults: clip_eps_low/high 0.2, no dual clip, token_level_loss true
     // (token mean), no log-ratio clamp; group_norm advantages over std + 1e-9.
+    // TRL's loss_type "sapo": SAPO's gate at sapo_temperature_pos/neg 1 / 1.05, std + 1e-4, no clamp.
+    {"trl_sapo", "sapo", "TRL grpo_config.py: loss_type='sapo', sapo_temperature_pos/neg 1.0 / 1.05",
+     {{"advantage.eps", 1e-4}, {"ratio.log_ratio_clamp", 0.0}}},
     {"openrlhf_ppo", "dapo", "OpenRLHF openrlhf/models/loss.py PolicyLoss defaults; group_norm eps 1e-9",
      {{"advantage.eps", 1e-9},
       {"ratio.log_ratio_clamp", 0.0},

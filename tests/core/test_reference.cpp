@@ -34,6 +34,8 @@ TEST(Presets, Rule8020Reco) { check_preset<reco::presets::rule_80_20_reco>("rule
 TEST(Presets, TrlBnpo) { check_preset<reco::presets::trl_bnpo>("trl_bnpo", 14); }
 TEST(Presets, TrlLuspo) { check_preset<reco::presets::trl_luspo>("trl_luspo", 15); }
 TEST(Presets, TrlVespo) { check_preset<reco::presets::trl_vespo>("trl_vespo", 16); }
+TEST(Presets, Gpg) { check_preset<reco::presets::gpg>("gpg", 17); }
+TEST(Presets, Sapo) { check_preset<reco::presets::sapo>("sapo", 18); }
 
 // Peer presets: the base preset's type with the peer's settings from the registry, against the
 // reference's own spelling of that peer's defaults.
@@ -48,8 +50,8 @@ void check_peer_preset(const std::string& name, std::uint64_t seed) {
 }
 
 TEST(PeerPresets, EachAgainstTheReference) {
-  const std::vector<std::string> expected = {"trl_dapo", "trl_dr_grpo", "trl_cispo",
-                                             "verl_vanilla", "verl_cispo", "openrlhf_ppo"};
+  const std::vector<std::string> expected = {"trl_dapo",     "trl_dr_grpo", "trl_cispo", "verl_vanilla",
+                                             "verl_cispo",   "trl_sapo",    "openrlhf_ppo"};
   ASSERT_EQ(reco::registry::peer_preset_count, static_cast<int>(expected.size()));
   for (int k = 0; k < reco::registry::peer_preset_count; ++k)
     EXPECT_EQ(std::string(reco::registry::peer_preset_table[k].name), expected[k]);
@@ -58,6 +60,7 @@ TEST(PeerPresets, EachAgainstTheReference) {
   check_peer_preset<reco::presets::cispo>("trl_cispo", 33);
   check_peer_preset<reco::presets::dapo>("verl_vanilla", 34);
   check_peer_preset<reco::presets::cispo>("verl_cispo", 35);
+  check_peer_preset<reco::presets::sapo>("trl_sapo", 37);
   check_peer_preset<reco::presets::dapo>("openrlhf_ppo", 36);
 }
 

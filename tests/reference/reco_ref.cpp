@@ -970,7 +970,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
 std::vector<std::string> preset_names() {
   return {"grpo",     "dr_grpo",   "dapo",       "gspo",          "cispo",           "aspo",       "reco",
           "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap",
-          "trl_bnpo", "trl_luspo", "trl_vespo"};
+          "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo"};
 }
 
 config preset(const std::string& name) {
@@ -1117,6 +1117,28 @@ config preset(const std::string& name) {
     }
     return c;
   }
+  if (name == "gpg") {  // verl loss_mode "gpg": pg = -A logp, token-mean; GPG's advantage
+    c.adv = advantage::gpg;
+    c.ratio_form = ratio::reinforce;
+    c.clip_mode = clip::none;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
+  if (name == "sapo") {  // verl loss_mode "sapo": gate sigmoid(tau (r - 1)) 4 / tau, seq-mean-token-mean
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::sapo;
+    c.sapo_tau_pos = 1.0;
+    c.sapo_tau_neg = 1.05;
+    c.clip_mode = clip::none;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::seq_mean_token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
   // Peer presets (reco/registry.hpp's peer_preset_table), written here from the peers' own
   // defaults rather than from the table.
   if (name == "trl_dapo") return preset("trl_bnpo");  // the global token count comes from the caller
@@ -1145,6 +1167,12 @@ config preset(const std::string& name) {
     c = preset("cispo");
     c.cispo_eps_low = 0.2;
     c.cispo_eps_high = 0.2;
+    return c;
+  }
+  if (name == "trl_sapo") {  // TRL: std + 1e-4, no log-ratio clamp
+    c = preset("sapo");
+    c.adv_eps = 1e-4;
+    c.log_ratio_clamp = 0;
     return c;
   }
   if (name == "openrlhf_ppo") {  // PolicyLoss(0.2, 0.2), token_level_loss, exp(logp - old) unclamped

@@ -42,11 +42,14 @@ def make_batch(seed, prompts=5, G=4, T=10):
 
 def estimator_advantages(preset, b):
     """The presets' estimators as plain formulas: GRPO (unbiased std, eps 1e-6; TRL's presets
-    eps 1e-4), Dr.GRPO (centred)."""
+    eps 1e-4), Dr.GRPO (centred), GPG (centred and scaled)."""
     r = b["rewards"].view(-1, b["G"])
     centred = r - r.mean(1, keepdim=True)
     if preset == "dr_grpo":
         return centred.reshape(-1)
+    if preset == "gpg":  # GPG: centred, times R / max(1, number of non-zero rewards in the batch)
+        alpha = r.numel() / max(1, int((r != 0).sum()))
+        return (alpha * centred).reshape(-1)
     eps = 1e-4 if preset.startswith("trl_") else 1e-6
     return (centred / (r.std(1, keepdim=True) + eps)).reshape(-1)
 
