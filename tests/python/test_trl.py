@@ -403,7 +403,8 @@ class TrlOwnLoss(unittest.TestCase):
                          lambda inp, m, h: ("rule_80_20", dict(entropy=h, global_responses=m.shape[0], overrides={
                              **TOKEN, **PPO, **sel(rho), "aggregate.kind": 1.0})),
                          seed=19 + int(rho * 10))
-        self.compare("dapo top_entropy_quantile=0.2", dict(loss_type="dapo", top_entropy_quantile=0.2, epsilon_high=0.28),
+        self.compare("dapo top_entropy_quantile=0.2",
+                     dict(loss_type="dapo", top_entropy_quantile=0.2, epsilon_high=0.28),
                      lambda inp, m, h: ("rule_80_20", dict(entropy=h, global_tokens=int(inp["num_items_in_batch"]),
                                                            overrides={**TOKEN, **sel(0.2), "clip.dual_clip": 0.0})),
                      seed=21)
@@ -426,16 +427,18 @@ class TrlOwnLoss(unittest.TestCase):
         # token's ratio, so the gradient of the sum reaches every token of the response evenly;
         # reco's sequence ratio is per token (GSPO-token form) and each token's weight stays on
         # that token. Aligned: token weights = the response's mean ratio over its valid tokens.
-        for case, cfg, preset, over in (
-                ("luspo sequence + vLLM IS ratio (response mean)", dict(loss_type="luspo"), "trl_luspo", {}),
-                ("grpo sequence + vLLM IS ratio (response mean)", dict(loss_type="grpo"), "gspo",
-                 {**PPO, "aggregate.kind": 1.0})):
-            self.compare(case, dict(importance_sampling_level="sequence", **cfg, **vllm),
-                         lambda inp, m, h: (preset, dict(global_responses=m.shape[0], overrides=over,
-                                                         token_weights=response_mean(inp["importance_sampling_ratio"], m)))
-                         if preset == "gspo" else
-                         (preset, dict(token_weights=response_mean(inp["importance_sampling_ratio"], m))),
-                         seed=24 + len(preset))
+        def sequence_spelling(preset, over):
+            def spell(inp, m, h):
+                return preset, dict(global_responses=m.shape[0], overrides=over,
+                                    token_weights=response_mean(inp["importance_sampling_ratio"], m))
+            return spell
+
+        self.compare("luspo sequence + vLLM IS ratio (response mean)",
+                     dict(loss_type="luspo", importance_sampling_level="sequence", **vllm),
+                     sequence_spelling("trl_luspo", {}), seed=24)
+        self.compare("grpo sequence + vLLM IS ratio (response mean)",
+                     dict(loss_type="grpo", importance_sampling_level="sequence", **vllm),
+                     sequence_spelling("gspo", {**PPO, "aggregate.kind": 1.0}), seed=25)
 
     def test_sequence_level_with_per_token_weights(self):
         # The convention above, shown: with the per-token ratios themselves the loss is the same,
@@ -445,7 +448,8 @@ class TrlOwnLoss(unittest.TestCase):
                                vllm_importance_sampling_correction=True)
         inputs, logp, entropy, mask = ragged_batch(gen)
         lt, gt = trl_loss_and_grad(trainer, inputs, logp, entropy)
-        lr, gr, _ = reco_loss_and_grad("trl_luspo", inputs, logp, mask, token_weights=inputs["importance_sampling_ratio"])
+        lr, gr, _ = reco_loss_and_grad("trl_luspo", inputs, logp, mask,
+                                       token_weights=inputs["importance_sampling_ratio"])
         self.assertLessEqual(rel(lr, lt), TOL)
         self.assertLessEqual(rel(gr.sum(1), gt.sum(1)), TOL)
         self.assertGreater(rel(gr, gt), 1e-3)
@@ -463,7 +467,8 @@ HOOK_CASES = [
                                                      _eval=True)),
     ("grpo delta=1.1", dict(loss_type="grpo", delta=1.1)),
     ("grpo sequence", dict(loss_type="grpo", importance_sampling_level="sequence")),
-    ("grpo + vLLM IS ratio", dict(loss_type="grpo", beta=0.04, use_vllm=True, vllm_importance_sampling_correction=True)),
+    ("grpo + vLLM IS ratio", dict(loss_type="grpo", beta=0.04, use_vllm=True,
+                                  vllm_importance_sampling_correction=True)),
     ("bnpo beta=0.04, accumulation 2", dict(loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2)),
     ("dr_grpo beta=0.04", dict(loss_type="dr_grpo", beta=0.04, max_completion_length=16)),
     ("dapo beta=0.04, accumulation 4 of 4", dict(loss_type="dapo", beta=0.04, epsilon_high=0.28,

@@ -32,15 +32,16 @@ What the loss reads from TRL:
   term and ``beta != 0`` is an error naming ``beta``), ``use_bias_correction_kl`` →
   ``kl.importance_weighted``, ``top_entropy_quantile < 1`` → ``select.rule = quantile``,
   ``select.rho`` (presets that select by entropy; for another preset it is an error),
-  ``vespo_k_pos`` / ... → ``ratio.k_pos`` / ..., ``max_completion_length`` → ``aggregate.max_length``
-  (Dr.GRPO's constant). The preset keeps its other constants (log-ratio clamp, dual clip, k3
-  clamps): :func:`spelling` adds TRL's (none of them) for TRL's own loss types.
+  ``vespo_k_pos`` / ... → ``ratio.k_pos`` / .... The preset keeps its other constants (log-ratio
+  clamp, dual clip, k3 clamps): :func:`spelling` adds TRL's (none of them) for TRL's own loss
+  types.
 - **normalisation**, TRL's for each aggregation: per-completion means (kinds 1, 2, 4) over all B
   completions of the micro-batch (an empty one counts as 0, as TRL), divided by the gradient
   accumulation steps; the token mean (kind 0) over TRL's ``num_items_in_batch`` rescaled to one
   accumulation window (TRL's ``dapo``), or over the micro-batch's own tokens divided by the
   accumulation steps when ``token_count="micro_batch"`` (TRL's ``bnpo``); Dr.GRPO's constant
-  B·``max_completion_length``.
+  B·``max_completion_length`` (``aggregate.max_length`` in ``overrides`` replaces the length,
+  ``aggregate.constant`` the whole constant).
 - **vLLM importance sampling** (``use_vllm`` and ``vllm_importance_sampling_correction``):
   ``inputs["importance_sampling_ratio"]`` as reco's token weights (policy term only, as TRL).
   With a sequence-ratio preset (``gspo``, ``trl_luspo``) each completion's weights are replaced by
@@ -196,8 +197,8 @@ class RecoLoss:
         user = dict(self.reco_overrides or {})
         unknown = sorted(set(user) - keys)
         if unknown:
-            raise ValueError(f"reco.integrations.trl: '{preset}' has no key(s) {unknown}; reco.override_keys('{preset}') "
-                             "lists them")
+            raise ValueError(f"reco.integrations.trl: '{preset}' has no key(s) {unknown}; "
+                             f"reco.override_keys('{preset}') lists them")
         overrides = {**spelled, **_knobs(self, preset, keys), **user}
         return preset, overrides, token_count
 
@@ -238,7 +239,8 @@ class RecoLoss:
             batch["entropy"] = entropies.detach()
         if self.use_vllm and self.vllm_importance_sampling_correction:
             ratio = inputs["importance_sampling_ratio"].detach().to(per_token_logps.dtype).expand(B, T)
-            batch["token_weights"] = _response_mean(ratio, mask) if "ratio.max_log_ratio" in keys else ratio.contiguous()
+            sequence_ratio = "ratio.max_log_ratio" in keys  # gspo, trl_luspo
+            batch["token_weights"] = _response_mean(ratio, mask) if sequence_ratio else ratio.contiguous()
 
         # TRL's normalisation for the aggregation (see the module's doc).
         mode = "train" if self.model.training else "eval"
@@ -260,8 +262,8 @@ class RecoLoss:
         logp = per_token_logps
         if "weight.cap" in keys:
             if int(overrides.get("weight.normalise", 0)) == 1:
-                raise ValueError("reco.integrations.trl: weight.normalise = group_mean needs whole prompt groups, which "
-                                 "TRL's shuffled micro-batches do not hold")
+                raise ValueError("reco.integrations.trl: weight.normalise = group_mean needs whole prompt groups, "
+                                 "which TRL's shuffled micro-batches do not hold")
             G = int(self.num_generations)
             pad = (-B) % G
             if pad:
