@@ -101,9 +101,13 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   # two small ones that module needs.
   "$venv/bin/pip" install -q --no-deps "verl==0.9.1"
   "$venv/bin/pip" install -q omegaconf orjson
+  # TRL's own GRPO loss for reco.integrations.trl: the pure-Python wheel without its dependencies
+  # (transformers, accelerate, datasets, ...; the test stands in for those its trainer module imports).
+  "$venv/bin/pip" install -q --no-deps "trl==1.16.0"
   (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
      "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
      RECO_REQUIRE_VERL=1 "$venv/bin/python" "$root/tests/python/test_verl.py" &&
+     RECO_REQUIRE_TRL=1 "$venv/bin/python" "$root/tests/python/test_trl.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi

@@ -1,1 +1,2 @@
-"""Integrations of reco's objectives into trainers (import the one you use: ``reco.integrations.verl``)."""
+"""Integrations of reco's objectives into trainers (import the one you use: ``reco.integrations.verl``,
+``reco.integrations.trl``)."""

@@ -1,0 +1,312 @@
+"""reco's objectives as the loss of TRL's ``GRPOTrainer``.
+
+    import reco.integrations.trl as reco_trl
+    from trl import GRPOConfig
+
+    Trainer = reco_trl.grpo_trainer("reco")          # a subclass of trl.GRPOTrainer
+    trainer = Trainer(model=..., reward_funcs=..., args=GRPOConfig(num_generations=8, beta=0.001, ...),
+                      train_dataset=...)
+    trainer.train()
+
+``grpo_trainer(preset, overrides)`` returns a subclass of ``trl.GRPOTrainer`` (or of ``base``)
+whose ``_compute_loss`` runs the model forward exactly as TRL does and then computes reco's
+``preset`` on TRL's own loss inputs; everything else (generation, rewards, advantages, the
+optimiser) stays TRL's. ``grpo_trainer(None)`` computes TRL's own ``loss_type`` with reco (the
+spelling docs/peers.md gives, :func:`spelling`).
+
+What the loss reads from TRL:
+
+- **advantages**: ``inputs["advantages"]`` (per completion; a ``[B, T]`` tensor constant along each
+  completion is accepted too).
+- **old / ref log-probabilities**: ``inputs["old_per_token_logps"]`` (the current ones, detached,
+  when TRL omits them) and ``inputs["ref_per_token_logps"]`` (present when ``beta != 0``).
+- **mask**: ``completion_mask`` times ``tool_mask`` when present.
+- **G** (ReCo's expected-count weight 1/(G·pbar_old)): ``num_generations``. TRL's micro-batches
+  hold shuffled completions of several prompts, not whole groups; the weight reads only G, so a
+  micro-batch of B completions, B not a multiple of G, is completed with empty completions
+  (weight 0, no tokens). ``weight.normalise = group_mean`` needs whole groups and is refused.
+- **TRL's knobs**, set on the preset's keys where it has them (``overrides`` win):
+  ``epsilon`` / ``epsilon_high`` → ``clip.eps_low`` / ``clip.eps_high`` (the ``cispo`` preset:
+  ``ratio.eps_high = epsilon_high − 1``, ``ratio.eps_low = 1``, as TRL caps r at
+  ``epsilon_high``), ``delta`` → ``clip.delta``, ``beta`` → ``kl.beta`` (a preset without a KL
+  term and ``beta != 0`` is an error naming ``beta``), ``use_bias_correction_kl`` →
+  ``kl.importance_weighted``, ``top_entropy_quantile < 1`` → ``select.rule = quantile``,
+  ``select.rho`` (presets that select by entropy; for another preset it is an error),
+  ``vespo_k_pos`` / ... → ``ratio.k_pos`` / .... The preset keeps its other constants (log-ratio
+  clamp, dual clip, k3 clamps): :func:`spelling` adds TRL's (none of them) for TRL's own loss
+  types.
+- **normalisation**, TRL's for each aggregation: per-completion means (kinds 1, 2, 4) over all B
+  completions of the micro-batch (an empty one counts as 0, as TRL), divided by the gradient
+  accumulation steps; the token mean (kind 0) over TRL's ``num_items_in_batch`` rescaled to one
+  accumulation window (TRL's ``dapo``), or over the micro-batch's own tokens divided by the
+  accumulation steps when ``token_count="micro_batch"`` (TRL's ``bnpo``); Dr.GRPO's constant
+  B·``max_completion_length`` (``aggregate.max_length`` in ``overrides`` replaces the length,
+  ``aggregate.constant`` the whole constant).
+- **vLLM importance sampling** (``use_vllm`` and ``vllm_importance_sampling_correction``):
+  ``inputs["importance_sampling_ratio"]`` as reco's token weights (policy term only, as TRL).
+  With a sequence-ratio preset (``gspo``, ``trl_luspo``) each completion's weights are replaced by
+  their mean over its valid tokens: TRL multiplies the completion's one loss value by the token's
+  ratio, which spreads the gradient of their sum evenly over the completion.
+- **router aux loss**: added as TRL does. TRL's entropy bonus (``entropy_coef``) and off-policy
+  sequence mask (``off_policy_mask_threshold``) are not supported: an error names them.
+
+TRL's ``loss_type`` and ``importance_sampling_level`` are not read when a preset is given (the
+preset is the objective). Metrics: TRL's ``entropy`` and ``kl`` plus ``reco/<stat>`` for reco's
+clip fractions, ratio mean and ReCo's weight statistics.
+
+TRL is not a dependency of reco: :func:`grpo_trainer` imports it only when no ``base`` is given.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+import reco
+
+# Each preset's own aggregation (docs/presets.md): 0 token_mean, 1 seq_mean_token_mean,
+# 2 seq_mean_token_sum, 3 seq_mean_token_sum_norm, 4 seq_mean_token_sum_all.
+_AGGREGATION = {
+    "grpo": 1, "dr_grpo": 3, "dapo": 0, "gspo": 1, "cispo": 0, "aspo": 0, "reco": 1, "reco_no_cap": 1,
+    "reco_response_only": 1, "reco_token_only": 1, "dapo_reco": 0, "rule_80_20": 0, "rule_80_20_reco": 0,
+    "trl_bnpo": 0, "trl_luspo": 4, "trl_vespo": 0,
+}
+# Presets whose token mean is over the micro-batch's own tokens (TRL's bnpo).
+_MICRO_BATCH_TOKEN_MEAN = ("trl_bnpo",)
+_TOKEN_COUNTS = ("generation_batch", "micro_batch")
+
+# TRL's own formulas on reco's presets (docs/peers.md): no log-ratio clamp, no dual clip,
+# unclamped k3.
+_TRL_TOKEN = {"ratio.log_ratio_clamp": 0.0}
+_TRL_CLIP = {"clip.dual_clip": 0.0}
+_TRL_KL = {"kl.estimator": 3.0, "kl.clamp": 0.0}
+
+
+def spelling(args: Any) -> Tuple[str, Dict[str, float], str]:
+    """reco's spelling of TRL's loss for a ``GRPOConfig`` (or the trainer's ``args``):
+    ``(preset, overrides, token_count)``. TRL's knobs (epsilon, beta, ...) are applied by the
+    trainer's hook on top. ``sapo`` has no preset in the Python API: an error."""
+    loss_type = getattr(args, "loss_type", "dapo")
+    level = getattr(args, "importance_sampling_level", "token")
+    quantile = float(getattr(args, "top_entropy_quantile", 1.0))
+    beta = float(getattr(args, "beta", 0.0))
+    if level not in ("token", "sequence"):
+        raise ValueError(f"reco.integrations.trl: unknown importance_sampling_level '{level}'")
+    kinds = {"grpo": 1, "bnpo": 0, "dr_grpo": 3, "dapo": 0, "luspo": 4}
+    token_count = "micro_batch" if loss_type == "bnpo" else "generation_batch"
+    if quantile < 1.0:
+        if loss_type not in kinds or level != "token" or beta != 0.0:
+            raise ValueError("reco.integrations.trl: top_entropy_quantile < 1 is spelled (rule_80_20) for loss_type "
+                             "grpo, bnpo, dr_grpo, dapo and luspo at token level without a KL term (beta = 0); got "
+                             f"loss_type '{loss_type}', importance_sampling_level '{level}', beta {beta}")
+        return "rule_80_20", {**_TRL_TOKEN, **_TRL_CLIP, "aggregate.kind": float(kinds[loss_type])}, token_count
+    if loss_type in kinds:
+        if level == "sequence":
+            if loss_type == "luspo":
+                return "trl_luspo", {}, token_count
+            return "gspo", {**_TRL_CLIP, "aggregate.kind": float(kinds[loss_type])}, token_count
+        return "grpo", {**_TRL_TOKEN, **_TRL_CLIP, **_TRL_KL, "aggregate.kind": float(kinds[loss_type])}, token_count
+    if loss_type == "cispo" and level == "token":
+        return "cispo", dict(_TRL_TOKEN), token_count
+    if loss_type == "vespo":
+        return "trl_vespo", {}, token_count
+    raise ValueError(f"reco.integrations.trl: TRL's loss_type '{loss_type}' (importance_sampling_level '{level}') "
+                     "has no reco preset in the Python API; pass a preset")
+
+
+def _knobs(trainer: Any, preset: str, keys: set) -> Dict[str, float]:
+    """TRL's configuration on the preset's keys."""
+    args = trainer.args
+    out: Dict[str, float] = {}
+    if "clip.eps_low" in keys:
+        out["clip.eps_low"] = float(trainer.epsilon_low)
+        out["clip.eps_high"] = float(trainer.epsilon_high)
+    if preset == "cispo":
+        out["ratio.eps_low"] = 1.0
+        out["ratio.eps_high"] = float(trainer.epsilon_high) - 1.0
+    delta = getattr(args, "delta", None)
+    if delta is not None:
+        if "clip.delta" not in keys:
+            raise ValueError(f"reco.integrations.trl: delta is set but '{preset}' has no PPO clip")
+        out["clip.delta"] = float(delta)
+    if "kl.beta" in keys:
+        out["kl.beta"] = float(trainer.beta)
+        out["kl.importance_weighted"] = float(bool(getattr(args, "use_bias_correction_kl", False)))
+    elif trainer.beta != 0.0:
+        raise ValueError(f"reco.integrations.trl: beta = {trainer.beta} but '{preset}' has no KL term; set beta = 0 "
+                         "or choose a preset with one (grpo, aspo, reco, ...)")
+    quantile = float(getattr(trainer, "top_entropy_quantile", 1.0))
+    if quantile < 1.0:
+        if "select.rho" not in keys:
+            raise ValueError(f"reco.integrations.trl: top_entropy_quantile = {quantile} but '{preset}' does not select "
+                             "tokens by entropy (rule_80_20, rule_80_20_reco do)")
+        out.update({"select.rule": 1.0, "select.rho": quantile, "select.denominator": 0.0})
+    for name in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"):
+        if f"ratio.{name}" in keys and getattr(args, f"vespo_{name}", None) is not None:
+            out[f"ratio.{name}"] = float(getattr(args, f"vespo_{name}"))
+    return out
+
+
+def _per_completion(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if advantages.dim() == 1:
+        return advantages
+    if advantages.dim() == 2 and advantages.shape[1] == 1:
+        return advantages[:, 0]
+    if advantages.dim() == 2 and advantages.shape == mask.shape:
+        idx = torch.argmax(mask.to(torch.int8), dim=-1, keepdim=True)
+        first = advantages.gather(-1, idx).squeeze(-1)
+        if bool(((advantages == first.unsqueeze(-1)) | ~mask).all()):
+            return torch.where(mask.any(-1), first, torch.zeros_like(first))
+    raise ValueError(f"reco.integrations.trl: inputs['advantages'] of shape {tuple(advantages.shape)}: reco takes one "
+                     "advantage per completion (per-token advantages that vary along a completion are not supported)")
+
+
+def _response_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    mean = (x * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    return mean.expand_as(x).contiguous()
+
+
+def _pad_rows(x: Optional[torch.Tensor], rows: int, value: float = 0.0) -> Optional[torch.Tensor]:
+    if x is None or rows == 0:
+        return x
+    return torch.cat([x, x.new_full((rows,) + tuple(x.shape[1:]), value)])
+
+
+class RecoLoss:
+    """Mixin for ``trl.GRPOTrainer`` (first base): ``_compute_loss`` is reco's ``reco_preset``
+    with ``reco_overrides`` on TRL's loss inputs. ``reco_preset = None``: TRL's own loss_type
+    (:func:`spelling`). ``reco_token_count``: ``"generation_batch"`` (TRL's dapo) or
+    ``"micro_batch"`` (TRL's bnpo), for token-mean aggregation."""
+
+    reco_preset: Optional[str] = "reco"
+    reco_overrides: Dict[str, float] = {}
+    reco_token_count: Optional[str] = None
+
+    def _reco_objective(self) -> Tuple[str, Dict[str, float], str]:
+        if self.reco_preset is None:
+            preset, spelled, token_count = spelling(self.args)
+        else:
+            preset, spelled = self.reco_preset, {}
+            token_count = "micro_batch" if preset in _MICRO_BATCH_TOKEN_MEAN else "generation_batch"
+        if self.reco_token_count is not None:
+            token_count = self.reco_token_count
+        if token_count not in _TOKEN_COUNTS:
+            raise ValueError(f"reco.integrations.trl: token_count '{token_count}' is not one of {_TOKEN_COUNTS}")
+        keys = set(reco.override_keys(preset))
+        user = dict(self.reco_overrides or {})
+        unknown = sorted(set(user) - keys)
+        if unknown:
+            raise ValueError(f"reco.integrations.trl: '{preset}' has no key(s) {unknown}; "
+                             f"reco.override_keys('{preset}') lists them")
+        overrides = {**spelled, **_knobs(self, preset, keys), **user}
+        return preset, overrides, token_count
+
+    def _compute_loss(self, model, inputs):
+        if getattr(self, "off_policy_mask_threshold", None) is not None:
+            raise ValueError("reco.integrations.trl: off_policy_mask_threshold is not supported by the reco loss")
+        if getattr(self, "_entropy_bonus_enabled", False):
+            raise ValueError("reco.integrations.trl: TRL's entropy bonus (entropy_coef) is not supported by the reco "
+                             "loss; set entropy_coef = 0")
+        preset, overrides, token_count = self._reco_objective()
+        keys = set(reco.override_keys(preset))
+
+        # The model forward, as TRL's _compute_loss runs it.
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{k: inputs.get(k) for k in ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                                          "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids",
+                                          "mm_token_type_ids", "image_position_ids")})
+        mask = mask.to(torch.bool)
+        B, T = mask.shape
+        old = inputs.get("old_per_token_logps")
+        old = per_token_logps.detach() if old is None else old.detach()
+        batch: Dict[str, Any] = {
+            "old_logp": old,
+            "advantages": _per_completion(inputs["advantages"].detach(), mask).to(per_token_logps.dtype),
+        }
+        if "kl.beta" in keys:
+            ref = inputs.get("ref_per_token_logps")
+            batch["ref_logp"] = old if ref is None or self.beta == 0.0 else ref.detach()  # beta 0: contributes 0
+        if "select.rho" in keys:
+            batch["entropy"] = entropies.detach()
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            ratio = inputs["importance_sampling_ratio"].detach().to(per_token_logps.dtype).expand(B, T)
+            sequence_ratio = "ratio.max_log_ratio" in keys  # gspo, trl_luspo
+            batch["token_weights"] = _response_mean(ratio, mask) if sequence_ratio else ratio.contiguous()
+
+        # TRL's normalisation for the aggregation (see the module's doc).
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        kind = int(overrides.get("aggregate.kind", _AGGREGATION.get(preset, 1)))
+        scale = 1.0 / accumulation
+        counts: Dict[str, int] = {}
+        if kind == 0 and token_count == "generation_batch":
+            counts["global_tokens"] = max(1, int(round(float(inputs["num_items_in_batch"]))))
+            processes = self.accelerator.num_processes
+            scale = processes * (self.args.steps_per_generation / accumulation if mode == "train" else 1.0)
+        elif kind in (1, 2, 4):
+            counts["global_responses"] = B  # an empty completion counts as 0, as in TRL
+        elif kind == 3 and "aggregate.constant" not in self.reco_overrides:
+            length = overrides.pop("aggregate.max_length", float(self.max_completion_length))
+            overrides["aggregate.constant"] = float(B) * length
+
+        # ReCo's weight reads G: whole groups of G, completed by empty completions.
+        logp = per_token_logps
+        if "weight.cap" in keys:
+            if int(overrides.get("weight.normalise", 0)) == 1:
+                raise ValueError("reco.integrations.trl: weight.normalise = group_mean needs whole prompt groups, "
+                                 "which TRL's shuffled micro-batches do not hold")
+            G = int(self.num_generations)
+            pad = (-B) % G
+            if pad:
+                logp = _pad_rows(logp, pad)
+                mask = _pad_rows(mask, pad, False)
+                for k in list(batch):
+                    batch[k] = _pad_rows(batch[k], pad, 1.0 if k == "token_weights" else 0.0)
+            batch["group_size"] = G
+        out = reco.policy_loss(preset, logp, mask=mask, overrides=overrides, **batch, **counts)
+        loss = out.loss * scale
+
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        self._log_reco_metrics(mode, out, entropies, mask[:B])
+        return loss
+
+    def _log_reco_metrics(self, mode: str, out: Any, entropies: torch.Tensor, mask: torch.Tensor) -> None:
+        m = mask.to(entropies.dtype)
+        totals = self.accelerator.reduce(torch.stack([(entropies.detach() * m).sum(), m.sum()]), reduction="sum")
+        self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        stats = out.stats_dict()
+        if self.beta != 0.0 and "ref_kl_mean" in stats:
+            self._metrics[mode]["kl"].append(stats["ref_kl_mean"])
+        for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "weight_mean", "weight_max",
+                     "weight_cap_hits", "kept_frac"):
+            if name in stats:
+                self._metrics[mode][f"reco/{name}"].append(stats[name])
+
+
+def grpo_trainer(preset: Optional[str] = "reco", overrides: Optional[Dict[str, float]] = None,
+                 base: Optional[type] = None, token_count: Optional[str] = None) -> type:
+    """A subclass of ``base`` (default ``trl.GRPOTrainer``) whose loss is reco's ``preset`` with
+    ``overrides`` (see the module's doc); ``preset=None``: TRL's own ``loss_type`` through reco."""
+    if base is None:
+        try:
+            from trl import GRPOTrainer as base
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("reco.integrations.trl needs trl (pip install trl)") from e
+    if preset is not None and preset not in reco.presets():
+        raise ValueError(f"reco.integrations.trl: unknown preset '{preset}' (reco.presets() lists them)")
+    if token_count is not None and token_count not in _TOKEN_COUNTS:
+        raise ValueError(f"reco.integrations.trl: token_count '{token_count}' is not one of {_TOKEN_COUNTS}")
+    name = "Reco" + (preset or "TrlLoss").title().replace("_", "") + base.__name__
+    return type(name, (RecoLoss, base), {"reco_preset": preset, "reco_overrides": dict(overrides or {}),
+                                         "reco_token_count": token_count, "__module__": __name__})
