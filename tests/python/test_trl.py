@@ -17,7 +17,7 @@ Each TRL loss_type is compared with reco.policy_loss spelled as docs/peers.md sa
 autograd gradient in float64 on >= 20 random ragged batches (an empty completion, a completion
 fully masked by TRL's tool_mask, interior masked tokens), to 1e-12 relative (max |difference| /
 max |TRL's value|, for the loss and for the gradient); masked tokens get exactly zero gradient.
-TRL's sapo is not compared: reco's Python API has no preset with the SAPO ratio. The hook
+The hook
 (reco.integrations.trl.grpo_trainer) is tested the same way: with TRL's own loss_type spelled by
 reco it equals TRL's _compute_loss; with ReCo's presets it runs, is finite and masks exactly.
 
@@ -386,6 +386,28 @@ class TrlOwnLoss(unittest.TestCase):
                          "ratio.k_pos": 1.5, "ratio.lambda_pos": 2.5, "ratio.k_neg": 2.5, "ratio.lambda_neg": 1.5})),
                      seed=16)
 
+    def test_sapo(self):
+        # SAPO's gate, per-completion means over all B completions: the trl_sapo peer preset. TRL's
+        # temperatures are a float32 tensor (torch.where of Python floats): the convention aligned
+        # here is tau rounded to float32; with the exact 1.05 the two differ by ~3e-7 relative.
+        f32 = lambda t: float(torch.tensor(t, dtype=torch.float32))
+        self.compare("sapo (the trl_sapo peer preset, tau_neg as float32)", dict(loss_type="sapo"),
+                     lambda inp, m, h: ("trl_sapo", dict(global_responses=m.shape[0],
+                                                         overrides={"ratio.tau_neg": f32(1.05)})), seed=17)
+        self.compare("sapo temperatures 0.8 / 1.3", dict(loss_type="sapo", sapo_temperature_pos=0.8,
+                                                         sapo_temperature_neg=1.3),
+                     lambda inp, m, h: ("trl_sapo", dict(global_responses=m.shape[0],
+                                                         overrides={"ratio.tau_pos": f32(0.8),
+                                                                    "ratio.tau_neg": f32(1.3)})),
+                     seed=18)
+        # The peer preset's exact 1.05 against TRL's float32 one: close, not equal.
+        gen = torch.Generator().manual_seed(19)
+        inputs, logp, entropy, mask = ragged_batch(gen)
+        del inputs["importance_sampling_ratio"]
+        lt, _ = trl_loss_and_grad(make_trainer(loss_type="sapo"), inputs, logp, entropy)
+        lr, _, _ = reco_loss_and_grad("trl_sapo", inputs, logp, mask, global_responses=mask.shape[0])
+        self.assertLess(rel(lr, lt), 1e-5)
+
     def test_delta(self):
         # Two-sided clipping: the unclipped ratio capped at delta for both advantage signs.
         for delta in (1.5, 1.1, 0.95):
@@ -482,6 +504,8 @@ HOOK_CASES = [
     ("luspo sequence + vLLM IS ratio", dict(loss_type="luspo", importance_sampling_level="sequence", use_vllm=True,
                                             vllm_importance_sampling_correction=True)),
     ("vespo k_pos=1.5", dict(loss_type="vespo", vespo_k_pos=1.5)),
+    ("sapo temperature_neg=1.3, accumulation 2", dict(loss_type="sapo", sapo_temperature_neg=1.3,
+                                                       gradient_accumulation_steps=2)),
 ]
 
 
@@ -592,7 +616,8 @@ class TrlHook(unittest.TestCase):
             (reco_trl.grpo_trainer("reco", base=GRPOTrainer), dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
             (reco_trl.grpo_trainer("reco", {"weight.normalise": 1.0}, base=GRPOTrainer), {}, "group_mean"),
             (reco_trl.grpo_trainer("reco", {"select.rho": 0.1}, base=GRPOTrainer), {}, "select.rho"),
-            (reco_trl.grpo_trainer(None, base=GRPOTrainer), dict(loss_type="sapo"), "sapo"),
+            (reco_trl.grpo_trainer(None, base=GRPOTrainer), dict(loss_type="sapo", importance_sampling_level="sequence"),
+             "sapo"),
             (reco_trl.grpo_trainer("reco", base=GRPOTrainer), dict(off_policy_mask_threshold=0.5),
              "off_policy_mask_threshold"),
         ]

@@ -69,7 +69,7 @@ import reco
 _AGGREGATION = {
     "grpo": 1, "dr_grpo": 3, "dapo": 0, "gspo": 1, "cispo": 0, "aspo": 0, "reco": 1, "reco_no_cap": 1,
     "reco_response_only": 1, "reco_token_only": 1, "dapo_reco": 0, "rule_80_20": 0, "rule_80_20_reco": 0,
-    "trl_bnpo": 0, "trl_luspo": 4, "trl_vespo": 0,
+    "trl_bnpo": 0, "trl_luspo": 4, "trl_vespo": 0, "gpg": 0, "sapo": 1,
 }
 # Presets whose token mean is over the micro-batch's own tokens (TRL's bnpo).
 _MICRO_BATCH_TOKEN_MEAN = ("trl_bnpo",)
@@ -85,7 +85,7 @@ _TRL_KL = {"kl.estimator": 3.0, "kl.clamp": 0.0}
 def spelling(args: Any) -> Tuple[str, Dict[str, float], str]:
     """reco's spelling of TRL's loss for a ``GRPOConfig`` (or the trainer's ``args``):
     ``(preset, overrides, token_count)``. TRL's knobs (epsilon, beta, ...) are applied by the
-    trainer's hook on top. ``sapo`` has no preset in the Python API: an error."""
+    trainer's hook on top."""
     loss_type = getattr(args, "loss_type", "dapo")
     level = getattr(args, "importance_sampling_level", "token")
     quantile = float(getattr(args, "top_entropy_quantile", 1.0))
@@ -110,6 +110,8 @@ def spelling(args: Any) -> Tuple[str, Dict[str, float], str]:
         return "cispo", dict(_TRL_TOKEN), token_count
     if loss_type == "vespo":
         return "trl_vespo", {}, token_count
+    if loss_type == "sapo" and level == "token":
+        return "trl_sapo", {}, token_count
     raise ValueError(f"reco.integrations.trl: TRL's loss_type '{loss_type}' (importance_sampling_level '{level}') "
                      "has no reco preset in the Python API; pass a preset")
 
@@ -144,6 +146,12 @@ def _knobs(trainer: Any, preset: str, keys: set) -> Dict[str, float]:
     for name in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"):
         if f"ratio.{name}" in keys and getattr(args, f"vespo_{name}", None) is not None:
             out[f"ratio.{name}"] = float(getattr(args, f"vespo_{name}"))
+    for sign in ("pos", "neg"):
+        if f"ratio.tau_{sign}" in keys and getattr(args, f"sapo_temperature_{sign}", None) is not None:
+            # TRL builds the temperatures with torch.where from Python floats: a float32 tensor,
+            # so its gate uses the temperature rounded to float32 (1.05 -> 1.0499999523).
+            tau = float(getattr(args, f"sapo_temperature_{sign}"))
+            out[f"ratio.tau_{sign}"] = float(torch.tensor(tau, dtype=torch.float32))
     return out
 
 
@@ -245,7 +253,8 @@ class RecoLoss:
         # TRL's normalisation for the aggregation (see the module's doc).
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        kind = int(overrides.get("aggregate.kind", _AGGREGATION.get(preset, 1)))
+        base = reco.peer_presets().get(preset, preset)  # a peer preset aggregates as its base
+        kind = int(overrides.get("aggregate.kind", _AGGREGATION.get(base, 1)))
         scale = 1.0 / accumulation
         counts: Dict[str, int] = {}
         if kind == 0 and token_count == "generation_batch":
