@@ -263,5 +263,61 @@ class VerlPeerPresets(unittest.TestCase):
         self.assertNotIn("verl_vanilla", reco.presets())  # presets() is the typed table
 
 
+class VerlBypassMode(unittest.TestCase):
+    """verl's loss_mode "bypass_mode" (old_log_prob = the rollout engine's log-probs) against its
+    reco spelling. verl's bypass function wraps its pieces in a DataProto (tensordict, stood in
+    here), so the test runs the pieces it dispatches to, as it does: loss_type "ppo_clip" is
+    verl's vanilla loss with old_log_prob = the rollout log-probs and no IS weights, and
+    "reinforce" is verl's compute_policy_loss_reinforce with the weights of verl's
+    compute_rollout_correction_weights(log_prob - rollout_log_prob). reco: verl_vanilla with
+    old_logp = the rollout log-probs; the gpg preset on given advantages with the truncated IS
+    weights min(exp(logp - rollout_logp), 2) (written here, detached) as token weights."""
+
+    def run_case(self, loss_type, rollout_is, seed):
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+        gen = torch.Generator().manual_seed(seed)
+        cfg = verl_config(clip_ratio_high=0.2, clip_ratio_c=3.0)
+        worst = 0.0
+        for _ in range(24):
+            rollout, new, adv, mask = ragged_batch(gen)
+            if loss_type == "ppo_clip":
+                fn = core_algos.get_policy_loss_fn("vanilla")
+                lv, gv, _ = loss_and_grad(fn, rollout, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+            else:
+                verl_w = None
+                if rollout_is is not None:
+                    verl_w, _ = compute_rollout_correction_weights(new - rollout, mask, rollout_is=rollout_is,
+                                                                   rollout_is_threshold=2.0)
+                x = new.clone().requires_grad_(True)
+                lv, _ = core_algos.compute_policy_loss_reinforce(rollout, x, adv, mask, loss_agg_mode="token-mean",
+                                                                 config=cfg, rollout_is_weights=verl_w)
+                lv.backward()
+                lv, gv = lv.detach(), x.grad
+            first = adv[torch.arange(adv.shape[0]), torch.argmax(mask.to(torch.int8), dim=1)] * mask.any(1)
+            x = new.clone().requires_grad_(True)
+            if loss_type == "ppo_clip":
+                out = reco.policy_loss("verl_vanilla", x, old_logp=rollout, mask=mask, advantages=first)
+            else:
+                kw = {}
+                if rollout_is == "token":
+                    kw["token_weights"] = torch.exp((new - rollout).clamp(-20, 20)).clamp(max=2.0) * mask
+                out = reco.policy_loss("gpg", x, old_logp=rollout, mask=mask, advantages=first, **kw)
+            out.loss.backward()
+            worst = max(worst, abs(lv - out.loss.detach()).item() / max(1e-300, abs(lv).item()))
+            self.assertLessEqual(abs(lv - out.loss.detach()).item(), 1e-12 * max(1.0, abs(lv).item()))
+            self.assertLessEqual((gv - x.grad).abs().max().item(), 1e-12 * max(1.0, gv.abs().max().item()))
+            self.assertEqual((x.grad[~mask] != 0).sum().item(), 0)
+        print(f"test_verl: bypass_mode {loss_type} rollout_is={rollout_is}, 24 batches: "
+              f"max relative loss difference {worst:.1e}")
+
+    def test_ppo_clip(self):
+        self.run_case("ppo_clip", None, 31)
+
+    def test_reinforce(self):
+        self.run_case("reinforce", None, 33)
+        self.run_case("reinforce", "token", 34)
+
+
 if __name__ == "__main__":
     unittest.main()
