@@ -1,7 +1,8 @@
 // LibTorch CPU benchmarks, each against the LibTorch eager composite of the same formulas (the
 // way TRL and verl write them), in the same binary and the same run:
 //   (a) the per-token objective, forward + backward (loss and d loss / d logp), presets grpo,
-//       reco, dapo and rule_80_20, N = 8K, 256K, 4M tokens;
+//       reco, dapo and rule_80_20, and two other ratio forms: sapo (SAPO's soft gate) and gpg
+//       (REINFORCE, -A logp, with GPG's batch-scaled advantage); N = 8K, 256K, 4M tokens;
 //   (b) log-probability + entropy from logits, forward and forward + backward, N = 1K and 4K
 //       rows, V = 32,000 and 151,936, float32 and bfloat16.
 // Both sides use the same thread count (RECO_BENCH_THREADS, default: every core) through
@@ -61,7 +62,7 @@ const objective_batch& objective_data(int64_t N) {
 }
 
 struct preset_constants {
-  bool variance = false, weight = false, kl = false, top20 = false, token_mean = false;
+  bool variance = false, weight = false, kl = false, top20 = false, token_mean = false, sapo = false, gpg = false;
   double eps_low = 0.2, eps_high = 0.2, dual_c = 3.0;
 };
 
@@ -75,6 +76,8 @@ preset_constants constants_of(const std::string& name) {
     c.dual_c = 10.0;
   }
   if (name == "rule_80_20") c.top20 = true;
+  if (name == "sapo") c.sapo = true;
+  if (name == "gpg") c.gpg = c.token_mean = true;
   return c;
 }
 
@@ -86,8 +89,26 @@ at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& m) { return (x * m
 at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, const at::Tensor& logp) {
   const at::Tensor& m = b.maskf;
   const at::Tensor r = b.rewards.view({-1, group_size});
-  const at::Tensor A = ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
   const at::Tensor log_ratio = at::clamp(logp - b.old_logp, -20.0, 20.0);
+  if (c.gpg) {  // GPG: A = R / max(1, #non-zero rewards) (r - group mean); loss -A logp, token mean
+    const double alpha = double(r.numel()) / std::max<double>(1.0, (r != 0).sum().item<double>());
+    const at::Tensor A = (alpha * (r - r.mean(1, true))).view({-1, 1});
+    {
+      at::NoGradGuard no_grad;
+      benchmark::DoNotOptimize(masked_mean(-log_ratio, m).item<float>());
+    }
+    return (-A * logp * m).sum() / m.sum();
+  }
+  const at::Tensor A = ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
+  if (c.sapo) {  // SAPO: gate (4 / tau) sigmoid(tau (r - 1)), tau 1 (A > 0) or 1.05; seq-mean-token-mean
+    const at::Tensor tau = at::where(A > 0, at::full_like(A, 1.0), at::full_like(A, 1.05));
+    const at::Tensor pg = -at::sigmoid(tau * (at::exp(log_ratio) - 1)) * 4 / tau * A;
+    {
+      at::NoGradGuard no_grad;
+      benchmark::DoNotOptimize(masked_mean(-log_ratio, m).item<float>());
+    }
+    return ((pg * m).sum(1) / m.sum(1).clamp_min(1)).mean();
+  }
   at::Tensor ratio;
   if (c.variance) {
     auto log_var = [](const at::Tensor& q) { return at::clamp_min(q + at::log(-at::expm1(q)), std::log(1e-12)); };
@@ -128,12 +149,15 @@ at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, 
   return loss;
 }
 
-reco::torch::policy_inputs adapter_inputs(const objective_batch& b, const at::Tensor& logp) {
+// The inputs the preset reads, as a trainer passes them (an input given but not read is checked
+// for NaN/inf, a pass the eager composite does not make).
+reco::torch::policy_inputs adapter_inputs(const objective_batch& b, const at::Tensor& logp, const std::string& preset) {
+  const preset_constants c = constants_of(preset);
   reco::torch::policy_inputs in;
   in.logp = logp;
   in.old_logp = b.old_logp;
-  in.ref_logp = b.ref_logp;
-  in.entropy = b.entropy;
+  if (c.kl) in.ref_logp = b.ref_logp;
+  if (c.top20) in.entropy = b.entropy;
   in.mask = b.mask;
   in.rewards = b.rewards;
   in.group_offsets = b.group_offsets;
@@ -149,7 +173,7 @@ void BM_objective_reco(benchmark::State& state, const std::string& preset) {
   const int64_t N = state.range(0);
   const objective_batch& b = objective_data(N);
   const at::Tensor logp = b.logp.clone().requires_grad_(true);
-  const reco::torch::policy_inputs in = adapter_inputs(b, logp);
+  const reco::torch::policy_inputs in = adapter_inputs(b, logp, preset);
   for (auto _ : state) {
     logp.mutable_grad() = at::Tensor();
     reco::torch::policy_output out = reco::torch::policy_loss(preset, in);
@@ -228,10 +252,10 @@ void BM_logits(benchmark::State& state, at::ScalarType dt) {
 
 // Checks once that both sides compute the same thing before timing them.
 void check_agreement() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg"}) {
     const objective_batch& b = objective_data(8192);
     const at::Tensor l1 = b.logp.clone().requires_grad_(true), l2 = b.logp.clone().requires_grad_(true);
-    auto out = reco::torch::policy_loss(preset, adapter_inputs(b, l1));
+    auto out = reco::torch::policy_loss(preset, adapter_inputs(b, l1, preset));
     out.loss.backward();
     at::Tensor e = eager_objective(constants_of(preset), b, l2);
     e.backward();
@@ -252,7 +276,7 @@ void check_agreement() {
 }
 
 void register_all() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg"}) {
     const std::string p = preset;
     for (int64_t N : {int64_t(8) << 10, int64_t(256) << 10, int64_t(4) << 20}) {
       benchmark::RegisterBenchmark(("objective/" + p + "/reco").c_str(), BM_objective_reco, p)
