@@ -14,6 +14,7 @@
 #include "reco/cuda_adapter/presets_by_name.hpp"
 #include "reco/cuda_adapter/reco_cuda.h"
 #include "reco/cuda_adapter/validate.hpp"
+#include "reco/detail/cuda_check.cuh"
 #include "reco/result.hpp"
 
 // The C result struct is reco::objective_result, field for field, so results are copied as bytes.
@@ -37,11 +38,7 @@ RECO_SAME_OFFSET(status, status);
 #undef RECO_SAME_OFFSET
 
 namespace reco::cuda_adapter {
-namespace {
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("reco: CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-}  // namespace
+using ::reco::detail::cuda_check;
 
 static_assert(parts::part_bounds[3] == preset_count, "the three preset translation units cover every preset");
 
@@ -86,9 +83,9 @@ objective_result run_preset(const std::string& preset, const override_list& over
                             const reco_cuda_objective_args& args, cudaStream_t stream, context& ctx) {
   const objective_result* r = run_preset_async(preset, overrides, args, stream, ctx);
   objective_result out;
-  check(cudaMemcpyAsync(&out, r, sizeof(out), cudaMemcpyDeviceToHost, stream),
+  cuda_check(cudaMemcpyAsync(&out, r, sizeof(out), cudaMemcpyDeviceToHost, stream),
                                   "copy of the result");
-  check(cudaStreamSynchronize(stream), "synchronize");
+  cuda_check(cudaStreamSynchronize(stream), "synchronize");
   throw_if_error(out.status);
   return out;
 }
@@ -208,8 +205,8 @@ int reco_cuda_objective_overrides(reco_cuda_context* ctx, const char* preset, co
         ca::run_preset_async(preset, overrides_of(keys, values, count), *args, stream, ctx->ctx, device);
     if (where == RECO_CUDA_RESULT_WORKSPACE) *workspace_result = reinterpret_cast<const reco_cuda_result*>(r);
     if (where != RECO_CUDA_RESULT_HOST) return;
-    ca::check(cudaMemcpyAsync(result, r, sizeof(*result), cudaMemcpyDeviceToHost, stream), "copy of the result");
-    ca::check(cudaStreamSynchronize(stream), "synchronize");
+    ca::cuda_check(cudaMemcpyAsync(result, r, sizeof(*result), cudaMemcpyDeviceToHost, stream), "copy of the result");
+    ca::cuda_check(cudaStreamSynchronize(stream), "synchronize");
     status = result->status;
   });
   if (rc != RECO_CUDA_OK) return rc;

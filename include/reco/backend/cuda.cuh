@@ -24,14 +24,11 @@
 #include "reco/backend/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
+#include "reco/detail/cuda_check.cuh"
 
 RECO_NAMESPACE_BEGIN
 
 namespace detail {
-
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("reco: CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 // Wraps a token functor f(i, t) as a function of t alone (i found by the layout).
 template <class F>

@@ -40,6 +40,7 @@
 #include <string>
 
 #include "reco/config.hpp"
+#include "reco/detail/cuda_check.cuh"
 #include "reco/logits/half_types.hpp"
 #include "reco/logits/logp_entropy.hpp"
 
@@ -487,19 +488,16 @@ __global__ void __launch_bounds__(block) backward_kernel(backward_params<T> p) {
   }
 }
 
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("reco::logits: CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
+using ::reco::detail::cuda_check;
 
 // Persistent-style grid: as many blocks as fit on the device at once (no more than there are row
 // groups); the grid-stride loop covers the rest.
 template <class Kernel>
 unsigned grid_for(Kernel kernel, int block, index_t groups) {
   int device = 0, sms = 0, per_sm = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0), "occupancy");
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0), "occupancy");
   const index_t resident = static_cast<index_t>(sms) * (per_sm > 0 ? per_sm : 1);
   return static_cast<unsigned>(groups < resident ? groups : resident);
 }
@@ -513,7 +511,7 @@ void launch_forward(const forward_params<T>& p, cudaStream_t stream) {
   auto kernel = forward_kernel<T, threads, block, with_sq>;
   const index_t groups = (p.rows + block / threads - 1) / (block / threads);
   kernel<<<grid_for(kernel, block, groups), block, 0, stream>>>(p);
-  check(cudaGetLastError(), "forward kernel launch");
+  cuda_check(cudaGetLastError(), "forward kernel launch");
 }
 
 template <class T, int threads, int block>
@@ -521,7 +519,7 @@ void launch_backward(const backward_params<T>& p, cudaStream_t stream) {
   auto kernel = backward_kernel<T, threads, block>;
   const index_t groups = (p.rows + block / threads - 1) / (block / threads);
   kernel<<<grid_for(kernel, block, groups), block, 0, stream>>>(p);
-  check(cudaGetLastError(), "backward kernel launch");
+  cuda_check(cudaGetLastError(), "backward kernel launch");
 }
 
 template <class T, bool with_sq>
