@@ -21,7 +21,7 @@
 #include "reco/batch_ops/remax.hpp"
 #include "reco/batch_ops/truncation_mask.hpp"
 #include "reco/reco.hpp"
-#include "reco/select/entropy_threshold.hpp"
+#include "reco/batch_ops/entropy_threshold.hpp"
 
 namespace {
 

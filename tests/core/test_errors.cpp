@@ -13,7 +13,7 @@
 #include "reco/batch_ops/prompt_groups.hpp"
 #include "reco/batch_ops/truncation_mask.hpp"
 #include "reco/reco.hpp"
-#include "reco/select/entropy_threshold.hpp"
+#include "reco/batch_ops/entropy_threshold.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "core/random_batch.hpp"
 #include "reco/reco.hpp"
-#include "reco/select/entropy_threshold.hpp"
+#include "reco/batch_ops/entropy_threshold.hpp"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "reco/backend/cuda.cuh"
 #include "reco/batch_ops/filter_groups.hpp"
 #include "reco/reco.hpp"
-#include "reco/select/entropy_threshold.hpp"
+#include "reco/batch_ops/entropy_threshold.hpp"
 
 namespace {
 
