@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "reco/algorithm/run_objective.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/clip/no_clip.hpp"

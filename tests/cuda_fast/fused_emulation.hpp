@@ -25,7 +25,7 @@
 #include "reco/backend/cuda/launch_plan.hpp"
 #include "reco/backend/cuda/response_step.hpp"
 #include "reco/backend/cuda/token_step.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/validate.hpp"
 
 namespace fused_test {

@@ -31,7 +31,7 @@ struct response_scratch {
   double* coef_policy = nullptr;   // aggregation coefficient of the policy term (null: per token)
   double* coef_valid = nullptr;    // ... of the KL / entropy terms
 
-  // The arrays every objective uses, from a workspace carver (reco/backend/workspace.hpp); the
+  // The arrays every objective uses, from a workspace carver (reco/workspace.hpp); the
   // optional ones are carved by the path that needs them.
   template <class Carver>
   void carve_common(Carver& c, index_t R) {

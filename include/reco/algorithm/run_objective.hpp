@@ -15,7 +15,7 @@
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/result.hpp"

@@ -22,7 +22,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 #endif
 
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
 #include "reco/result.hpp"

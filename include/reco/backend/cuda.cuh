@@ -21,7 +21,7 @@
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/system/cuda/execution_policy.h>
 
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
 #include "reco/detail/cuda_check.cuh"

@@ -8,7 +8,7 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/select_tokens.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/span.hpp"
 

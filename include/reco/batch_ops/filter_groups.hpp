@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
 #include "reco/span.hpp"

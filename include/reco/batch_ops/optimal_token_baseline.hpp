@@ -12,7 +12,7 @@
 #pragma once
 
 #include "reco/algorithm/select_tokens.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/detail/math.hpp"
 #include "reco/span.hpp"

@@ -9,7 +9,7 @@
 #include "reco/algorithm/partials.hpp"
 #include "reco/backend/cuda/fused_partials.hpp"
 #include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/component.hpp"
 #include "reco/result.hpp"
 

@@ -37,7 +37,7 @@
 #include "reco/backend/cuda/response_kernel.cuh"
 #include "reco/backend/cuda/ticket.hpp"
 #include "reco/backend/cuda/token_kernel.cuh"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/result.hpp"
 

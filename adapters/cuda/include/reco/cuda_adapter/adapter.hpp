@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/config.hpp"
 #include "reco/cuda_adapter/reco_cuda.h"
 #include "reco/cuda_adapter/validate.hpp"

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "reco/backend/cuda/fused_backend.cuh"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/cuda_adapter/adapter.hpp"
 
 RECO_NAMESPACE_BEGIN

@@ -13,7 +13,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 
 namespace reco::torch {
 

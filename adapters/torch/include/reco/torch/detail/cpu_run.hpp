@@ -2,7 +2,7 @@
 #pragma once
 
 #include "reco/backend/cpu.hpp"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/torch/detail/request.hpp"
 
 namespace reco::torch::detail {

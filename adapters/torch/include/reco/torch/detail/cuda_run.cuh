@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "reco/backend/cuda.cuh"
-#include "reco/backend/workspace.hpp"
+#include "reco/workspace.hpp"
 #include "reco/torch/cuda_memory.hpp"
 #include "reco/torch/detail/request.hpp"
 #include "reco/torch/stats.hpp"
