@@ -608,6 +608,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     gf(g);
     gbits |= group_status[g];
   }
+  if ((gbits & weight_overflow) && (gbits & (weight_overflow - 1)) == 0 && weight_reads_rollout_logp(obj.weight))
+    fail("batch.rollout_logp", rollout_weight_overflow);
   throw_if_error(gbits);
   objective_scalars s{};
   batch_partial_fn<double> bp{b, r, reads_rewards};

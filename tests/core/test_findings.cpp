@@ -511,6 +511,15 @@ TEST(Findings, RolloutSwitchErrorsNameTheArgument) {
   auto bad_switch = on;
   bad_switch.weight.params.sampling = static_cast<reco::weight_sampling>(2);
   EXPECT_EQ(argument(bad_switch, rollout, true), "weight.params.sampling");
+  // An uncapped weight beyond the double range names the log-probs it averaged.
+  reco::presets::reco_no_cap raw;
+  raw.weight.params.sampling = reco::weight_sampling::rollout;
+  auto far = rollout;
+  index_t owner = 0;  // the response of the valid token found above
+  while (m.end(owner) <= static_cast<index_t>(valid)) ++owner;
+  for (index_t t = m.begin(owner); t < m.end(owner); ++t) far[static_cast<std::size_t>(t)] = -800.0;
+  EXPECT_EQ(argument(raw, far, true), "batch.rollout_logp");
+  EXPECT_EQ(argument(raw, rollout, true), "");
   // The switch by key, as the adapters set it.
   reco::presets::reco keyed;
   reco::registry::apply_overrides(keyed, reco::registry::override_list{{"weight.sampling", 1}});

@@ -198,7 +198,8 @@ TEST(BatchOps, RolloutCorrectionRaggedAgainstReference) {
       x.statistic = static_cast<S>(rng() % 12);
       const int k = static_cast<int>(x.statistic) % 3 + 1;
       // Thresholds on the scale of the statistic, so that filters both keep and drop.
-      const double scale = (k == 1 ? spread : spread * spread) * (x.statistic >= S::seq_sum_k1 && x.statistic <= S::seq_sum_k3 ? 3 : 1);
+      const bool sum = x.statistic >= S::seq_sum_k1 && x.statistic <= S::seq_sum_k3;
+      const double scale = (k == 1 ? spread : spread * spread) * (sum ? 3 : 1);
       x.lower = k == 1 ? -scale * 2 * u(rng) : (trial % 5 == 0 ? 0.01 * scale : -inf);
       x.upper = scale * 2 * u(rng);
       x.negative_advantages_only = (trial + f) % 5 == 0;

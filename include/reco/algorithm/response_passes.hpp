@@ -276,6 +276,7 @@ template <class T>
 void throw_data_error(const batch_pointers<T>& b, std::uint32_t status) {
   for (const auto& e : status_table) {
     if (!(status & e.bit)) continue;
+    if (e.bit == weight_overflow && b.rollout_logp != nullptr) fail("batch.rollout_logp", rollout_weight_overflow);
     const std::string where = locate_token_fault(b, e.bit);
     if (!where.empty()) fail(e.argument, where);
     fail(e.argument, e.what);

@@ -151,11 +151,14 @@ rollout_correction_metrics rollout_importance_weights(const token_layout& layout
   }
   bool need_adv = false;
   for (index_t f = 0; f < filters.size(); ++f) need_adv = need_adv || filters[f].negative_advantages_only;
-  if (need_adv) detail::require(advantages.size() == R, "advantages", "needs one entry per response (a filter reads them)");
-  else detail::require(advantages.empty(), "advantages", "given but no filter has negative_advantages_only");
+  if (need_adv)
+    detail::require(advantages.size() == R, "advantages", "needs one entry per response (a filter reads them)");
+  else
+    detail::require(advantages.empty(), "advantages", "given but no filter has negative_advantages_only");
   for (index_t i = 0; i < advantages.size(); ++i)
     detail::require(std::isfinite(static_cast<double>(advantages[i])), "advantages", "NaN or infinite value");
   auto valid = [&](index_t t) { return mask.empty() || mask[t] != 0; };
+  auto log_ratio = [&](index_t t) { return static_cast<double>(old_logp[t]) - static_cast<double>(rollout_logp[t]); };
   for (index_t t = 0; t < n; ++t) {
     if (!valid(t)) continue;
     const double a = static_cast<double>(old_logp[t]), b = static_cast<double>(rollout_logp[t]);
@@ -175,7 +178,7 @@ rollout_correction_metrics rollout_importance_weights(const token_layout& layout
     for (index_t t = b; t < e; ++t)
       if (valid(t)) {
         ++len;
-        lsum += static_cast<double>(old_logp[t]) - static_cast<double>(rollout_logp[t]);
+        lsum += log_ratio(t);
       }
     const double seq_raw = ::exp(detail::rollout_clamp(lsum, B));
     // Weights.
@@ -185,7 +188,7 @@ rollout_correction_metrics rollout_importance_weights(const token_layout& layout
         if (!weights.empty()) weights[t] = T(0);
         continue;
       }
-      const double l = static_cast<double>(old_logp[t]) - static_cast<double>(rollout_logp[t]);
+      const double l = log_ratio(t);
       k1_sum += -l;
       k3_sum += ::expm1(l) - l;
       double w = 1.0;
@@ -218,7 +221,7 @@ rollout_correction_metrics rollout_importance_weights(const token_layout& layout
       bool any = false;
       for (index_t t = b; t < e; ++t) {
         if (!valid(t)) continue;
-        const double l = detail::rollout_clamp(static_cast<double>(old_logp[t]) - static_cast<double>(rollout_logp[t]), B);
+        const double l = detail::rollout_clamp(log_ratio(t), B);
         const double v = detail::rollout_k(k, l);
         if (s >= 9) stat = any ? (v > stat ? v : stat) : v;
         else stat += v;
@@ -233,7 +236,7 @@ rollout_correction_metrics rollout_importance_weights(const token_layout& layout
       bool keep = valid(t);
       if (keep) {
         keep = response_kept;
-        const double l = detail::rollout_clamp(static_cast<double>(old_logp[t]) - static_cast<double>(rollout_logp[t]), B);
+        const double l = detail::rollout_clamp(log_ratio(t), B);
         for (index_t f = 0; f < filters.size() && keep; ++f) {
           const rollout_filter& r = filters[f];
           const int s = static_cast<int>(r.statistic);
