@@ -84,6 +84,9 @@ struct batch_view {
   span<const T> rewards;           // per response, for estimators that read rewards
   span<const T> advantages;        // per response, for reco::given_advantage
   span<const T> response_weights;  // per response, for reco::caller_weight
+  // log-probs of the rollout policy (the inference engine) that sampled the batch; read only by
+  // an expected-count weight with weight.sampling = rollout (given otherwise: an error)
+  span<const T> rollout_logp;
 };
 
 // Where the objective writes d loss / d logp (and d loss / d entropy when an entropy term is

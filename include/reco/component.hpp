@@ -125,7 +125,7 @@ using kl_value = basic_kl_value<double>;
 struct response_context {
   index_t group_size = 0;      // G_g
   index_t length = 0;          // |o_i| (valid tokens)
-  double mean_old_logp = 0;    // mean over valid tokens of old_logp (logp when on-policy)
+  double mean_old_logp = 0;    // mean of old_logp over valid tokens (logp on-policy; rollout_logp: weight.sampling)
   double given_weight = 1;     // batch.response_weights[i] when supplied
 };
 

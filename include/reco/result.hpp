@@ -103,6 +103,14 @@ inline constexpr status_entry status_table[] = {
 };
 }  // namespace detail
 
+namespace detail {
+// weight_overflow when the expected-count weight averaged batch.rollout_logp (weight.sampling =
+// rollout): the status table names old_logp, the input of the default weight.
+inline constexpr const char* rollout_weight_overflow =
+    "an expected-count weight exp(-log G - mean rollout_logp) exceeds the double range (mean rollout_logp "
+    "below about -709); turn the weight cap or a weight normalisation on";
+}  // namespace detail
+
 // The first error in a status word, as the argument it names and a sentence.
 inline std::string describe_status(std::uint32_t status) {
   for (const auto& e : detail::status_table)

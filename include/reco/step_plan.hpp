@@ -467,6 +467,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   validate_inputs(batch, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp, Obj::needs_entropy,
                   Obj::needs_response_weights);
   validate_offsets_host(batch);
+  validate_rollout_logp(batch, weight_reads_rollout_logp(obj.weight), true);
   const step_info& st = part.step;
   require(st.responses >= 0, "part.step.responses", "must be >= 0");
   require(std::isfinite(st.scale) && st.scale > 0, "part.step.scale", "must be finite and > 0");
@@ -607,6 +608,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     gf(g);
     gbits |= group_status[g];
   }
+  if ((gbits & weight_overflow) && (gbits & (weight_overflow - 1)) == 0 && weight_reads_rollout_logp(obj.weight))
+    fail("batch.rollout_logp", rollout_weight_overflow);
   throw_if_error(gbits);
   objective_scalars s{};
   batch_partial_fn<double> bp{b, r, reads_rewards};

@@ -2,6 +2,7 @@
 // memory) offsets. Each failure throws reco::error naming the argument.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -91,6 +92,38 @@ void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normali
     check_per_token(g.entropy, N, "grads.entropy");
   require(n.tokens >= 0 && n.responses >= 0 && n.kept_tokens >= 0 && n.kept_responses >= 0, "normalisers",
           "counts must be >= 0 (0 = count locally)");
+}
+
+// batch.rollout_logp against the weight's switch (weight.sampling = rollout): given exactly when
+// the weight reads it, one entry per token, and (host_values: the data is readable here, after
+// the offsets were checked) finite and <= 0 at the valid tokens. The CUDA objectives do not read
+// it: there the switch is an error.
+template <class T>
+void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_values) {
+  const index_t N = b.logp.size();
+  check_per_token(b.rollout_logp, N, "batch.rollout_logp");
+  if (!weight_reads) {
+    require(b.rollout_logp.empty(), "batch.rollout_logp",
+            "is given but the response weight does not read it (weight.sampling = rollout makes the expected-count "
+            "weight average it; per-token rollout importance weights go in batch.token_weights)");
+    return;
+  }
+  if (N == 0) return;
+  require(!b.rollout_logp.empty(), "batch.rollout_logp", "is required by weight.sampling = rollout");
+  require(host_values, "batch.rollout_logp",
+          "weight.sampling = rollout runs on the CPU backend only (the CUDA objectives do not read rollout "
+          "log-probs yet)");
+  token_layout L = b.layout;
+  L.tokens = N;  // the accessors clamp into [0, tokens)
+  for (index_t i = 0; i < L.responses; ++i)
+    for (index_t t = L.begin(i); t < L.end(i); ++t) {
+      if (!b.mask.empty() && b.mask[t] == 0) continue;
+      const double x = static_cast<double>(b.rollout_logp[t]);
+      if (!(x <= 0 && x >= -DBL_MAX))
+        fail("batch.rollout_logp", "token " + std::to_string(t) + " (response " + std::to_string(i) + ", position " +
+                                       std::to_string(t - L.begin(i)) + ") is " + std::to_string(x) +
+                                       "; a valid token must be finite and <= 0");
+    }
 }
 
 // Offsets in host memory: checked eagerly with the position of the first bad entry.

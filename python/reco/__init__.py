@@ -91,7 +91,7 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
                 token_weights: Optional[Tensor] = None, response_weights: Optional[Tensor] = None,
                 overrides: Optional[Dict[str, float]] = None, global_tokens: int = 0,
                 global_responses: int = 0, global_kept_tokens: int = 0, global_kept_responses: int = 0,
-                host_stats: bool = True, group_size: int = 0) -> PolicyLoss:
+                host_stats: bool = True, group_size: int = 0, rollout_logp: Optional[Tensor] = None) -> PolicyLoss:
     """The loss of one call of ``preset`` (with ``overrides``) on a batch.
 
     ``advantages`` (``[R]``) instead of ``rewards``: the preset's advantage estimator is replaced
@@ -101,11 +101,17 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
 
     ``global_*`` are the step's counts when a step is split by hand (0: count this call); a
     split step is better served by the step plan (``plan_summary`` / ``planned_policy_loss``).
+
+    ``rollout_logp`` (like ``logp``, CPU): the inference engine's log-probs of the sampled tokens,
+    read only by the expected-count weight (``reco``, ``dapo_reco``, ...) with the override
+    ``{"weight.sampling": 1}`` (rollout), which then averages them instead of ``old_logp``
+    (docs/presets.md); given without that switch, or the switch without them, is an error.
+    Per-token rollout importance weights (``rollout_correction``) go in ``token_weights``.
     """
     loss, stats = _ops.policy_loss(preset, logp, old_logp, ref_logp, entropy, mask, offsets, rewards,
                                    advantages, group_offsets, prompt_ids, token_weights, response_weights,
                                    overrides, global_tokens, global_responses, global_kept_tokens,
-                                   global_kept_responses, host_stats, group_size)
+                                   global_kept_responses, host_stats, group_size, rollout_logp)
     return PolicyLoss(loss, stats)
 
 
@@ -125,8 +131,9 @@ def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequ
     ``part`` = [step id, responses of the step, first response of this micro-batch, its first
     group]; ``scale`` = the world size under DDP averaging (1 for a plain sum); ``inputs`` are the
     tensor keywords of ``policy_loss``."""
+    rollout_logp = inputs.pop("rollout_logp", None)
     return _ops.plan_summary(preset, list(part), float(scale), list(summaries), logp, *_tensor_inputs(inputs),
-                             overrides, group_size)
+                             overrides, group_size, rollout_logp)
 
 
 def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor,
@@ -134,8 +141,9 @@ def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summarie
                         **inputs: Optional[Tensor]) -> PolicyLoss:
     """This micro-batch's share of the step's loss under the plan ``summaries`` give (see
     ``plan_summary``): the shares' sum over the step is one call on the whole step."""
+    rollout_logp = inputs.pop("rollout_logp", None)
     loss, stats = _ops.planned_policy_loss(preset, list(part), float(scale), list(summaries), logp,
-                                           *_tensor_inputs(inputs), overrides, group_size)
+                                           *_tensor_inputs(inputs), overrides, group_size, rollout_logp)
     return PolicyLoss(loss, stats)
 
 

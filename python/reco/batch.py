@@ -1,5 +1,6 @@
 """Batch operations before the loss: advantages from rewards, DAPO's group filter and overlong
-shaping, KL in the reward, TRL's truncated-completion mask, and prompt groups (docs/batch_ops.md, docs/torch.md).
+shaping, KL in the reward, TRL's truncated-completion mask, prompt groups and the rollout
+(train-inference) importance-sampling correction (docs/batch_ops.md, docs/torch.md).
 
 They run on the host (inputs on another device are copied there) and return tensors on the
 device of their main input. Bad input raises ``ValueError`` whose message starts with
@@ -7,7 +8,8 @@ device of their main input. Bad input raises ``ValueError`` whose message starts
 """
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+import math
+from typing import Dict, NamedTuple, Optional, Sequence, Union
 
 import torch
 
@@ -102,5 +104,64 @@ def group_by_prompt(prompt_ids: Tensor) -> PromptGrouping:
     return PromptGrouping(order, offsets)
 
 
-__all__ = ["ESTIMATORS", "GroupFilter", "PromptGrouping", "advantages", "filter_groups", "group_by_prompt",
-           "group_offsets", "kl_reward", "mask_truncated", "overlong_penalty"]
+ROLLOUT_STATISTICS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+                      "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k1", "seq_max_k2", "seq_max_k3")
+ROLLOUT_METRICS = ("valid_tokens", "valid_responses", "weight_mean", "weight_min", "weight_max", "bounded_fraction",
+                   "normaliser", "rejected_token_fraction", "rejected_response_fraction", "k1_mean", "k3_mean")
+
+
+class RolloutFilter(NamedTuple):
+    """A rejection filter: keep where ``lower <= statistic <= upper``. ``statistic`` is one of
+    ``ROLLOUT_STATISTICS``: the per-token KL estimators of KL(rollout || trainer) with
+    l = old_logp - rollout_logp (clamped to +-log_ratio_bound): k1 = -l, k2 = l^2 / 2,
+    k3 = exp(l) - 1 - l, at token level (``token_k*``: the token is dropped) or summed, averaged
+    or maximised over the response's valid tokens (``seq_sum_k*``, ``seq_mean_k*``,
+    ``seq_max_k*``: the response is dropped). With ``negative_advantages_only`` a response whose
+    advantage is >= 0 is never dropped by this filter (TRL's off-policy sequence mask)."""
+
+    statistic: str
+    lower: float = -math.inf
+    upper: float = math.inf
+    negative_advantages_only: bool = False
+
+
+class RolloutCorrection(NamedTuple):
+    """``weights``: per-token importance weights (dtype, shape and device of ``old_logp``; 0 at
+    masked tokens), to pass as ``token_weights=``; ``keep_mask``: bool, the input mask AND every
+    filter, to pass as ``mask=``; ``metrics``: ``ROLLOUT_METRICS`` by name."""
+
+    weights: Tensor
+    keep_mask: Tensor
+    metrics: Dict[str, float]
+
+
+def rollout_correction(old_logp: Tensor, rollout_logp: Tensor, *, mask: Optional[Tensor] = None,
+                       offsets: Optional[Tensor] = None, level: str = "token", bound: str = "truncate",
+                       lower: float = 0.0, upper: Optional[float] = 2.0, log_ratio_bound: Optional[float] = 20.0,
+                       normalise: bool = False, count_eps: float = 0.0,
+                       filters: Sequence[Union[RolloutFilter, tuple]] = (),
+                       advantages: Optional[Tensor] = None) -> RolloutCorrection:
+    """The rollout (train-inference) importance-sampling correction from the trainer's
+    ``old_logp`` and the inference engine's ``rollout_logp`` (docs/batch_ops.md).
+
+    Weights: ``level`` "token" (exp(l_t)), "sequence" (exp of the response's summed l) or "none"
+    (1), l = old_logp - rollout_logp clamped to +-``log_ratio_bound`` (None: no clamp);
+    ``bound`` "truncate" (TIS: clamp into [lower, upper]) or "mask" (MIS / IcePop: 0 outside
+    [lower, upper]); ``upper`` None means no upper bound; ``normalise`` divides by the batch mean
+    (verl's batch normalisation), ``count_eps`` is added to the token counts of the per-response
+    means (verl's 1e-8). ``filters``: ``RolloutFilter`` s (or tuples of its fields), all must
+    pass. ``advantages`` (``[R]``): required exactly when a filter has negative_advantages_only.
+    Per-token tensors: ``[R, T]`` (``mask`` optional) or ``[N]`` packed with ``offsets``.
+    """
+    fs = [f if isinstance(f, RolloutFilter) else RolloutFilter(*f) for f in filters]
+    w, keep, m = _ops.rollout_correction(
+        old_logp, rollout_logp, [str(f.statistic) for f in fs], [float(f.lower) for f in fs],
+        [float(f.upper) for f in fs], [bool(f.negative_advantages_only) for f in fs], mask, offsets, advantages,
+        level, bound, float(lower), math.inf if upper is None else float(upper),
+        math.inf if log_ratio_bound is None else float(log_ratio_bound), bool(normalise), float(count_eps))
+    return RolloutCorrection(w, keep, dict(zip(ROLLOUT_METRICS, m)))
+
+
+__all__ = ["ESTIMATORS", "GroupFilter", "PromptGrouping", "ROLLOUT_METRICS", "ROLLOUT_STATISTICS",
+           "RolloutCorrection", "RolloutFilter", "advantages", "filter_groups", "group_by_prompt", "group_offsets",
+           "kl_reward", "mask_truncated", "overlong_penalty", "rollout_correction"]

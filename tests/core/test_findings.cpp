@@ -4,13 +4,16 @@
 // definition written out by hand in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/compare.hpp"
 #include "reco/presets.hpp"
 #include "reco/reco.hpp"
+#include "reco/registry.hpp"
 
 namespace {
 
@@ -393,6 +396,134 @@ TEST(Findings, UnclampedOverflowingRatioWithZeroAdvantage) {
     c.log_ratio_clamp = 0;
     expect_zero_advantage_contributes_nothing(o, c, "sapo");
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReCo's expected-count weight read from the rollout policy (weight.sampling = rollout): the
+// weight is min(cap, 1 / (G exp(mean rollout_logp))) per response, and the loss is the same
+// objective with those weights given as caller weights (old_logp only in the ratio and KL).
+// ---------------------------------------------------------------------------------------------
+
+TEST(Findings, ExpectedCountWeightReadsTheRolloutPolicy) {
+  reco_test::batch_spec spec;
+  spec.max_group = 6;
+  for (const bool padded : {false, true}) {
+    spec.padded = padded;
+    const master_batch m = reco_test::make_batch(padded ? 41 : 43, spec);
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> g(0.0, 0.4);
+    // Every third response far less likely under the rollout policy: its weight reaches the cap.
+    std::vector<double> rollout(m.logp.size());
+    for (index_t i = 0; i < m.R; ++i)
+      for (index_t t = m.begin(i); t < m.end(i); ++t)
+        rollout[t] = std::min(-1e-4, m.old_logp[t] + g(rng) - (i % 3 == 0 ? 4.0 : 0.0));
+    // The definition, by hand: G the group's size, the mean over the response's valid tokens.
+    std::vector<double> w(static_cast<std::size_t>(m.R), 0.0);
+    int capped = 0;
+    for (std::size_t q = 0; q + 1 < m.group_offsets.size(); ++q) {
+      const index_t G = m.group_offsets[q + 1] - m.group_offsets[q];
+      for (index_t i = m.group_offsets[q]; i < m.group_offsets[q + 1]; ++i) {
+        double sum = 0, n = 0;
+        for (index_t t = m.begin(i); t < m.end(i); ++t)
+          if (m.mask.empty() || m.mask[t]) sum += rollout[t], n += 1;
+        if (n == 0) continue;
+        const double raw = 1.0 / (static_cast<double>(G) * std::exp(sum / n));
+        w[i] = std::min(10.0, raw);
+        capped += raw > 10.0;
+      }
+    }
+    reco::presets::reco on;
+    on.weight.params.sampling = reco::weight_sampling::rollout;
+    reco::objective<reco::grpo_advantage, reco::variance_ratio, reco::ppo_clip, reco::caller_weight,
+                    reco::seq_mean_token_mean, reco::kl_penalty>
+        given;
+    given.advantage = on.advantage;
+    given.ratio = on.ratio;
+    given.clip = on.clip;
+    given.aggregate = on.aggregate;
+    given.kl = on.kl;
+    given.weight.params.cap = 0;
+    reco_test::typed_batch<double> tb(m);
+    for (const bool vectorise : {true, false}) {
+      SCOPED_TRACE(std::string(padded ? "padded" : "packed") + reco_test::path_name(vectorise));
+      std::vector<double> g_on(m.logp.size()), g_given(m.logp.size()), g_off(m.logp.size());
+      reco::workspace<reco::cpu> ws;
+      auto v_on = tb.view();
+      v_on.rollout_logp = rollout;
+      const auto r_on = on(reco_test::cpu_backend(vectorise), v_on, reco::gradients<double>{g_on, {}}, ws);
+      auto v_given = tb.view();
+      v_given.response_weights = w;
+      const auto r_given =
+          given(reco_test::cpu_backend(vectorise), v_given, reco::gradients<double>{g_given, {}}, ws);
+      EXPECT_TRUE(reco_test::close(r_on.loss, r_given.loss, 1e-12, 1e-15, "loss"));
+      double gmax = 0;
+      for (double x : g_given) gmax = std::max(gmax, std::fabs(x));
+      ASSERT_GT(gmax, 0);
+      for (std::size_t t = 0; t < g_on.size(); ++t)
+        EXPECT_TRUE(reco_test::close(g_on[t], g_given[t], 1e-12, 1e-14 * gmax, "grad_logp[" + std::to_string(t) + "]"));
+      // The switch changes the loss: the default weight reads old_logp.
+      const auto r_off = reco::presets::reco{}(reco_test::cpu_backend(vectorise), tb.view(),
+                                               reco::gradients<double>{g_off, {}}, ws);
+      EXPECT_GT(std::fabs(r_off.loss - r_on.loss), 1e-6 * std::fabs(r_on.loss));
+    }
+    EXPECT_GT(capped, 0);  // the cap bites on some responses
+  }
+}
+
+TEST(Findings, RolloutSwitchErrorsNameTheArgument) {
+  const master_batch m = reco_test::make_batch(5, reco_test::batch_spec{});
+  reco_test::typed_batch<double> tb(m);
+  std::vector<double> rollout(m.old_logp.begin(), m.old_logp.end());
+  auto argument = [&](const auto& obj, std::vector<double> roll, bool give) {
+    std::vector<double> grad(m.logp.size());
+    reco::workspace<reco::cpu> ws;
+    auto v = tb.view();
+    if (give) v.rollout_logp = roll;
+    try {
+      obj(reco::cpu{}, v, reco::gradients<double>{grad, {}}, ws);
+    } catch (const reco::error& e) {
+      EXPECT_NE(std::string(e.what()).find(e.argument()), std::string::npos);
+      return e.argument();
+    }
+    return std::string();
+  };
+  reco::presets::reco on;
+  on.weight.params.sampling = reco::weight_sampling::rollout;
+  EXPECT_EQ(argument(on, rollout, true), "");
+  EXPECT_EQ(argument(on, rollout, false), "batch.rollout_logp");               // switch on, none given
+  EXPECT_EQ(argument(reco::presets::reco{}, rollout, true), "batch.rollout_logp");  // given, switch off
+  EXPECT_EQ(argument(reco::presets::grpo{}, rollout, true), "batch.rollout_logp");  // a weight without it
+  EXPECT_EQ(argument(on, std::vector<double>(rollout.begin(), rollout.end() - 1), true), "batch.rollout_logp");
+  std::size_t valid = 0;
+  while (!m.mask.empty() && !m.mask[valid]) ++valid;
+  for (const double bad : {std::nan(""), 0.5, -HUGE_VAL}) {
+    auto r = rollout;
+    r[valid] = bad;
+    EXPECT_EQ(argument(on, r, true), "batch.rollout_logp") << bad;
+  }
+  for (std::size_t t = 0; t < m.mask.size(); ++t)
+    if (!m.mask[t]) {  // a masked token is not read
+      auto r = rollout;
+      r[t] = std::nan("");
+      EXPECT_EQ(argument(on, r, true), "");
+      break;
+    }
+  auto bad_switch = on;
+  bad_switch.weight.params.sampling = static_cast<reco::weight_sampling>(2);
+  EXPECT_EQ(argument(bad_switch, rollout, true), "weight.params.sampling");
+  // An uncapped weight beyond the double range names the log-probs it averaged.
+  reco::presets::reco_no_cap raw;
+  raw.weight.params.sampling = reco::weight_sampling::rollout;
+  auto far = rollout;
+  index_t owner = 0;  // the response of the valid token found above
+  while (m.end(owner) <= static_cast<index_t>(valid)) ++owner;
+  for (index_t t = m.begin(owner); t < m.end(owner); ++t) far[static_cast<std::size_t>(t)] = -800.0;
+  EXPECT_EQ(argument(raw, far, true), "batch.rollout_logp");
+  EXPECT_EQ(argument(raw, rollout, true), "");
+  // The switch by key, as the adapters set it.
+  reco::presets::reco keyed;
+  reco::registry::apply_overrides(keyed, reco::registry::override_list{{"weight.sampling", 1}});
+  EXPECT_EQ(keyed.weight.params.sampling, reco::weight_sampling::rollout);
 }
 
 }  // namespace

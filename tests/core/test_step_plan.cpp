@@ -85,7 +85,7 @@ struct split_output {
 // Runs the step as parts cut at `cuts` (inner boundaries, sorted, duplicates = empty parts).
 template <class T, class Obj>
 split_output run_split(const Obj& obj, const master_batch& m, const std::vector<index_t>& cuts,
-                       std::uint64_t step_id = 7, double scale = 1.0) {
+                       std::uint64_t step_id = 7, double scale = 1.0, const std::vector<T>* rollout = nullptr) {
   std::vector<index_t> bounds{0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
   bounds.push_back(m.R);
@@ -101,6 +101,11 @@ split_output run_split(const Obj& obj, const master_batch& m, const std::vector<
   for (const auto& s : subs) typed.emplace_back(s);
   std::vector<reco::batch_view<T>> views;
   for (const auto& t : typed) views.push_back(t.view());
+  if (rollout != nullptr)  // each part's slice of the rollout log-probs
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const index_t t0 = bounds[p] < bounds[p + 1] ? m.begin(bounds[p]) : 0;
+      views[p].rollout_logp = reco::span<const T>(rollout->data() + t0, static_cast<index_t>(subs[p].logp.size()));
+    }
 
   split_output out;
   out.plan = reco::plan_step(obj, step, views, parts);
@@ -663,6 +668,38 @@ TEST(StepPlan, SelectableAggregationEveryKind) {
     obj.aggregate.params.kind = static_cast<reco::aggregation_kind>(k);
     check_all_splits<double>(obj, std::string("selectable ") + reco::labels_of(reco::aggregation_kind{}).names[k],
                              910 + static_cast<std::uint64_t>(k));
+  }
+}
+
+// ReCo's weight read from the rollout policy (weight.sampling = rollout) through the plan: the
+// summaries average rollout_logp as the one call does.
+TEST(StepPlan, RecoWeightFromRolloutPolicy) {
+  reco_test::batch_spec spec;
+  const master_batch m = reco_test::make_batch(61, spec);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> g(0.0, 0.5);
+  std::vector<double> rollout(m.logp.size());
+  for (std::size_t t = 0; t < rollout.size(); ++t) rollout[t] = std::min(-1e-4, m.old_logp[t] + g(rng) - 1.0);
+  reco::presets::reco on;
+  on.weight.params.sampling = reco::weight_sampling::rollout;
+  typed_batch<double> tb(m);
+  auto v = tb.view();
+  v.rollout_logp = rollout;
+  std::vector<double> grad(m.logp.size());
+  reco::workspace<reco::cpu> ws;
+  reco_test::library_output whole;
+  whole.result = on(reco::cpu{}, v, reco::gradients<double>{grad, {}}, ws);
+  whole.grad_logp = grad;
+  const auto off = reco_test::run_library<double>(reco::presets::reco{}, m);
+  EXPECT_GT(std::fabs(off.result.loss - whole.result.loss), 1e-6 * std::fabs(whole.result.loss));
+  for (const auto& cuts : {std::vector<index_t>{m.R / 3, m.R / 3, 2 * m.R / 3}, std::vector<index_t>{1}})
+    expect_same<double>(run_split<double>(on, m, cuts, 7, 1.0, &rollout), whole, "reco, sampling = rollout");
+  // The plan refuses the rollout log-probs without the switch, naming them.
+  try {
+    run_split<double>(reco::presets::reco{}, m, {1}, 7, 1.0, &rollout);
+    ADD_FAILURE() << "no error";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "batch.rollout_logp");
   }
 }
 

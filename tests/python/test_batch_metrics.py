@@ -669,5 +669,90 @@ class TokenSummaries(unittest.TestCase):
                 call()
 
 
+class RolloutCorrectionPeers(unittest.TestCase):
+    """reco.rollout_correction in the settings that docs/batch_ops.md gives for TRL's
+    vllm_importance_sampling_mode / off_policy_mask_threshold and OpenRLHF's tis / icepop /
+    seq-mask-tis, against those definitions written out here on padded float64 batches (the peers'
+    own packages do not import in CI). l = old - rollout; the peers leave masked tokens out of the
+    loss, so only valid tokens are compared (reco writes 0 there)."""
+
+    def batch(self, gen, B, T):
+        lengths = torch.randint(1, T + 1, (B,), generator=gen)
+        mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+        old = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 2 - 0.05
+        rollout = (old - torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.4).clamp(max=-1e-4)
+        adv = torch.randn(B, generator=gen, dtype=torch.float64)
+        return old, rollout, mask, adv
+
+    def close(self, got, want, mask, what):
+        err = ((got - want).abs() / want.abs().clamp(min=1.0))[mask].max().item()
+        self.assertLessEqual(err, 1e-12, what)
+
+    def test_trl_and_openrlhf_modes(self):
+        gen = torch.Generator().manual_seed(99)
+        inf = math.inf
+        for trial in range(24):
+            old, rollout, mask, adv = self.batch(gen, 2 + trial % 6, 3 + trial % 9)
+            m = mask.double()
+            diff = (old - rollout) * m
+            lo, hi = (0.5, 2.0) if trial % 2 else (0.8, 1.25)
+            # TRL: token / sequence ratio, truncated into [clip_min, clip_max] or zeroed outside.
+            for level in ("token", "sequence"):
+                ratio = torch.exp(diff if level == "token" else diff.sum(-1, keepdim=True)).expand_as(old)
+                truncated = ratio.clamp(min=lo, max=hi)
+                masked = ratio.masked_fill((ratio < lo) | (ratio > hi), 0.0)
+                for bound, want in (("truncate", truncated), ("mask", masked)):
+                    got = reco.rollout_correction(old, rollout, mask=mask, level=level, bound=bound, lower=lo,
+                                                  upper=hi, log_ratio_bound=None).weights
+                    self.close(got, want, mask, f"TRL {level}_{bound}, trial {trial}")
+                no_max = ratio.masked_fill(ratio < lo, 0.0)  # clip_max None: no upper bound
+                got = reco.rollout_correction(old, rollout, mask=mask, level=level, bound="mask", lower=lo,
+                                              upper=None, log_ratio_bound=None).weights
+                self.close(got, no_max, mask, f"TRL {level}_mask without clip_max, trial {trial}")
+            # TRL's off-policy sequence mask: keep when A >= 0 or mean(rollout - trainer) <= delta.
+            delta = 0.05 * (trial % 5)
+            kl = ((rollout - old) * m).sum(-1) / m.sum(-1).clamp(min=1.0)
+            keep = ((adv >= 0) | (kl <= delta)).unsqueeze(-1) & mask
+            out = reco.rollout_correction(old, rollout, mask=mask, level="none", log_ratio_bound=None,
+                                          filters=[reco.RolloutFilter("seq_mean_k1", -inf, delta, True)],
+                                          advantages=adv)
+            self.assertTrue(torch.equal(out.keep_mask, keep), f"TRL off-policy mask, trial {trial}")
+            # OpenRLHF: tis (clamp), icepop (zero outside), seq-mask-tis (raw ratio, responses whose
+            # geometric-mean ratio leaves [low, high] dropped).
+            r = torch.exp(old - rollout)
+            got = reco.rollout_correction(old, rollout, mask=mask, lower=lo, upper=hi, log_ratio_bound=None)
+            self.close(got.weights, r.clamp(min=lo, max=hi), mask, f"OpenRLHF tis, trial {trial}")
+            got = reco.rollout_correction(old, rollout, mask=mask, bound="mask", lower=lo, upper=hi,
+                                          log_ratio_bound=None)
+            self.close(got.weights, r * ((r >= lo) & (r <= hi)), mask, f"OpenRLHF icepop, trial {trial}")
+            seq = torch.exp(((old - rollout) * m).sum(-1) / m.sum(-1))
+            seq_keep = ((seq >= lo) & (seq <= hi)).unsqueeze(-1) & mask
+            got = reco.rollout_correction(old, rollout, mask=mask, upper=None, log_ratio_bound=None,
+                                          filters=[("seq_mean_k1", -math.log(hi), -math.log(lo))])
+            self.close(got.weights, r, mask, f"OpenRLHF seq-mask-tis weights, trial {trial}")
+            self.assertTrue(torch.equal(got.keep_mask, seq_keep), f"OpenRLHF seq-mask-tis mask, trial {trial}")
+
+    def test_packed_equals_padded_and_metrics(self):
+        gen = torch.Generator().manual_seed(5)
+        old, rollout, mask, _ = self.batch(gen, 5, 7)
+        pad = reco.rollout_correction(old, rollout, mask=mask, level="sequence", normalise=True,
+                                      filters=[("token_k2", -math.inf, 0.02)])
+        lengths = mask.sum(-1)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        packed = reco.rollout_correction(old[mask], rollout[mask], offsets=offsets, level="sequence", normalise=True,
+                                         filters=[("token_k2", -math.inf, 0.02)])
+        self.assertTrue(torch.allclose(packed.weights, pad.weights[mask], rtol=1e-14, atol=0))
+        self.assertTrue(torch.equal(packed.keep_mask, pad.keep_mask[mask]))
+        self.assertEqual(set(pad.metrics), set(reco.ROLLOUT_METRICS))
+        self.assertEqual(pad.metrics["valid_tokens"], float(mask.sum()))
+        k1 = ((rollout - old)[mask]).mean().item()
+        self.assertAlmostEqual(pad.metrics["k1_mean"], k1, places=13)
+        self.assertAlmostEqual(pad.metrics["rejected_token_fraction"],
+                               (mask & ~pad.keep_mask).sum().item() / mask.sum().item(), places=14)
+        f32 = reco.rollout_correction(old.float(), rollout.float(), mask=mask)
+        self.assertEqual(f32.weights.dtype, torch.float32)
+        self.assertEqual(f32.keep_mask.dtype, torch.bool)
+
+
 if __name__ == "__main__":
     unittest.main()

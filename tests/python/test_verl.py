@@ -10,7 +10,9 @@ is unset.
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import math
 import os
+import re
 import sys
 import types
 import unittest
@@ -61,6 +63,11 @@ def _import_verl():
     sys.meta_path.insert(0, _StandIns())
     from verl.trainer.ppo import core_algos  # noqa: E402
     return core_algos
+
+
+def _rollout_corr_helper():
+    from verl.trainer.ppo import rollout_corr_helper  # noqa: E402
+    return rollout_corr_helper
 
 
 core_algos = _import_verl()
@@ -317,6 +324,117 @@ class VerlBypassMode(unittest.TestCase):
     def test_reinforce(self):
         self.run_case("reinforce", None, 33)
         self.run_case("reinforce", "token", 34)
+
+
+class VerlRolloutCorrection(unittest.TestCase):
+    """reco.rollout_correction against verl's compute_rollout_correction_weights and
+    compute_rollout_rejection_mask on random ragged float64 batches. Conventions aligned: verl's
+    masked means add 1e-8 to the token counts in the count's dtype: with a float64 mask that is
+    count_eps=1e-8, with a bool mask the count becomes float32 and the 1e-8 vanishes (count_eps=0);
+    both masks are used. Its log ratios are clamped to
+    +-20 (log_ratio_bound=20, the default), a k1 option's "lower_upper" ratio bounds are
+    log(lower), log(upper) on k1, and a single IS threshold is TIS (bound="truncate", lower=0)
+    while "lower_upper" is IcePop (bound="mask")."""
+
+    OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
+               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+
+    def batch(self, gen, B, T, spread, extreme):
+        lengths = torch.randint(0, T + 1, (B,), generator=gen)
+        lengths[0] = T
+        mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+        mask[1, 0] = False  # a hole (multi-turn observation token)
+        old = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 3 - 0.05
+        rollout = (old - torch.randn(B, T, generator=gen, dtype=torch.float64) * spread).clamp(max=-1e-4)
+        rollout[2] = old[2]  # one response inside every bound: verl's metrics fail when all weights are 0
+        if extreme:  # log ratios beyond verl's clamp at +-20
+            old[0, 0], rollout[0, 0] = -1.0, -26.0
+            old[0, -1], rollout[0, -1] = -31.0, -1.0
+        return old, rollout, mask
+
+    def test_against_verl_on_random_ragged_batches(self):
+        h = _rollout_corr_helper()
+        gen = torch.Generator().manual_seed(1234)
+        worst_w, flipped, dropped, kept, batches = 0.0, 0, 0, 0, 0
+        for trial in range(24):
+            B, T = 3 + trial % 5, 2 + (trial * 7) % 11
+            spread = 0.05 + 0.1 * (trial % 4)
+            old, rollout, mask = self.batch(gen, B, T, spread, extreme=trial % 6 == 5)
+            log_ratio = old - rollout
+            level = "token" if trial % 2 == 0 else "sequence"
+            icepop = trial % 3 == 1
+            normalize = trial % 4 >= 2
+            upper = 1.5 + 0.5 * (trial % 3)
+            lower = 0.6 if icepop else 0.0
+            spec = f"{lower}_{upper}" if icepop else upper
+            verl_mask = mask.double() if trial % 5 < 2 else mask  # float64: verl's 1e-8 counts
+            count_eps = 1e-8 if verl_mask.dtype == torch.float64 else 0.0
+            w_verl, _ = h.compute_rollout_correction_weights(log_ratio, verl_mask, rollout_is=level,
+                                                             rollout_is_threshold=spec,
+                                                             rollout_is_batch_normalize=normalize)
+            # Two rejection options per batch, thresholds on each statistic's scale.
+            opts = [self.OPTIONS[trial % 11], self.OPTIONS[(trial * 5 + 3) % 11]]
+            if opts[0] == opts[1]:
+                opts = opts[:1]
+            specs, filters = [], []
+            for o in opts:
+                scale = spread if o.endswith("k1") else spread * spread
+                scale *= 3 if o.startswith("seq_sum") else 1
+                if o.endswith("k1"):
+                    lo, hi = math.exp(-0.7 * scale), math.exp(0.6 * scale)
+                    specs.append(f"{lo!r}_{hi!r}")
+                    filters.append(reco.RolloutFilter(o, math.log(lo), math.log(hi)))
+                else:
+                    hi = 0.4 * scale
+                    specs.append(repr(hi))
+                    filters.append(reco.RolloutFilter(o, -math.inf, hi))
+            mask_verl, _ = h.compute_rollout_rejection_mask(log_ratio, verl_mask, rollout_rs=",".join(opts),
+                                                            rollout_rs_threshold=",".join(specs))
+            out = reco.rollout_correction(old, rollout, mask=mask, level=level, bound="mask" if icepop else "truncate",
+                                          lower=lower, upper=upper, normalise=normalize, count_eps=count_eps,
+                                          filters=filters)
+            self.assertEqual(out.weights.dtype, torch.float64)
+            err = ((out.weights - w_verl).abs() / w_verl.abs().clamp(min=1.0)).max().item()
+            worst_w = max(worst_w, err)
+            self.assertLessEqual(err, 1e-12, f"trial {trial}: weights")
+            self.assertTrue(torch.equal(out.keep_mask, mask_verl.bool()), f"trial {trial}: rejection mask {opts}")
+            self.assertEqual((out.weights[~mask] != 0).sum().item(), 0)
+            flipped += int((out.weights[mask] != torch.exp(log_ratio.clamp(-20, 20))[mask]).sum())
+            dropped += int((mask & ~out.keep_mask).sum())
+            kept += int(out.keep_mask.sum())
+            batches += 1
+        self.assertGreaterEqual(batches, 20)
+        # The data exercise the bounds and both verdicts of the filters.
+        self.assertGreater(flipped, 0)
+        self.assertGreater(dropped, 0)
+        self.assertGreater(kept, 0)
+        print(f"test_verl: rollout correction, {batches} batches, worst weight relative error {worst_w:.2e}")
+
+    def test_bad_arguments_name_the_argument(self):
+        old = -torch.rand(2, 3, dtype=torch.float64) - 0.1
+        roll = old - 0.1
+        cases = [
+            (dict(level="tokens"), "level"), (dict(bound="clip"), "bound"), (dict(upper=0.0), "upper"),
+            (dict(lower=-1.0), "lower"), (dict(lower=3.0, upper=2.0), "lower"), (dict(log_ratio_bound=0.0), "log_ratio_bound"),
+            (dict(count_eps=-1.0), "count_eps"), (dict(filters=[("seq_min_k1", 0.0, 1.0)]), "filters[0].statistic"),
+            (dict(filters=[("token_k2", 1.0, 0.5)]), "filters[0].lower"),
+            (dict(filters=[("token_k2", 0.0, float("nan"))]), "filters[0].upper"),
+            (dict(filters=[("seq_mean_k1", -1.0, 0.1, True)]), "advantages"),
+            (dict(advantages=torch.ones(2, dtype=torch.float64)), "advantages"),
+            (dict(filters=[("seq_mean_k1", -1.0, 0.1, True)], advantages=torch.ones(3)), "advantages"),
+            (dict(mask=torch.ones(2, 2, dtype=torch.bool)), "mask"),
+        ]
+        for kw, name in cases:
+            with self.assertRaisesRegex(ValueError, "reco: " + re.escape(name) + ":", msg=str(kw)):
+                reco.rollout_correction(old, roll, **kw)
+        with self.assertRaisesRegex(ValueError, "reco: rollout_logp:"):
+            reco.rollout_correction(old, roll[:, :2])
+        bad = roll.clone()
+        bad[0, 1] = float("nan")
+        with self.assertRaisesRegex(ValueError, "reco: rollout_logp:"):
+            reco.rollout_correction(old, bad)
+        with self.assertRaisesRegex(ValueError, "reco: old_logp:"):
+            reco.rollout_correction(-old, roll)
 
 
 if __name__ == "__main__":

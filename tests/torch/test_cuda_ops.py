@@ -101,6 +101,21 @@ class CudaOps(unittest.TestCase):
                             checked += 1
         self.assertGreaterEqual(checked, 16 * 8)
 
+    def test_rollout_weight_switch_is_refused_on_cuda(self):
+        # The CUDA objectives do not read rollout log-probs yet: weight.sampling = rollout is an
+        # error naming them there, not a weight silently computed from old_logp.
+        b = make_batch(3, False, torch.float64)
+        kw = {k: (v.to("cuda") if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
+        logp = kw.pop("logp")
+        kw.pop("advantages")
+        kw.pop("group_size")
+        names = ("old_logp", "ref_logp", "entropy", "mask", "offsets", "rewards", "advantages",
+                 "group_offsets", "prompt_ids", "token_weights", "response_weights")
+        args = [kw.get(n) for n in names]
+        with self.assertRaisesRegex(ValueError, "batch.rollout_logp"):
+            reco.policy_loss("reco", logp, *args, {"weight.sampling": 1.0}, 0, 0, 0, 0, True, 0,
+                             kw["old_logp"] - 0.1)
+
     def test_token_logp_entropy_against_float64_log_softmax(self):
         g = torch.Generator().manual_seed(3)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):

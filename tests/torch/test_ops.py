@@ -64,11 +64,12 @@ def grpo_loss(b, logp, eps_high=0.2):
     return masked_seq_mean_token_mean(pg, b["maskf"]) + 1e-3 * masked_seq_mean_token_mean(k3(logp, b["ref"]), b["maskf"])
 
 
-def reco_loss(b, logp, cap=10.0):
+def reco_loss(b, logp, cap=10.0, sampling="old"):
     adv = group_advantages(b["rewards"], b["G"])
     pg = ppo_surrogate(variance_ratio(logp, b["old"]), adv, 0.2, 0.2, 3.0)
     m = b["maskf"]
-    mean_old = (b["old"] * m).sum(1) / m.sum(1).clamp(min=1)
+    # The weight's pbar under the sampling policy: the trainer's old_logp or the rollout engine's.
+    mean_old = (b[sampling] * m).sum(1) / m.sum(1).clamp(min=1)
     w = torch.exp(-math.log(b["G"]) - mean_old)
     w = (w.clamp(max=cap) if cap > 0 else w).unsqueeze(1)
     return masked_seq_mean_token_mean(w * pg, m) + 1e-3 * masked_seq_mean_token_mean(k3(logp, b["ref"]), m)
@@ -136,6 +137,30 @@ class PolicyLoss(unittest.TestCase):
     def test_reco(self):
         self.check("reco", reco_loss, torch.float64, 1e-10)
         self.check("reco", reco_loss, torch.float32, 1e-5)
+
+    def test_reco_weight_from_rollout_policy(self):
+        # weight.sampling = 1 (rollout): the weight averages rollout_logp; ratio and KL keep old_logp.
+        for seed in (5, 6):
+            b = make_batch(seed)
+            g = torch.Generator().manual_seed(seed)
+            b["rollout"] = (b["old"] + 0.3 * torch.randn(b["old"].shape, generator=g, dtype=torch.float64)
+                            - 0.5).clamp(max=-1e-6)
+            loss, _, grad = run_op("reco", b, rollout_logp=b["rollout"], overrides={"weight.sampling": 1})
+            want, want_grad = run_formula(reco_loss, b, sampling="rollout")
+            self.assertLessEqual(abs(loss.item() - want.item()), 1e-10)
+            self.assertLessEqual((grad - want_grad).abs().max().item(), 1e-10)
+            default, _, _ = run_op("reco", b)
+            self.assertGreater(abs(default.item() - loss.item()), 1e-8)
+        with self.assertRaisesRegex(Exception, "rollout_logp"):  # given, switch off
+            run_op("reco", b, rollout_logp=b["rollout"])
+        with self.assertRaisesRegex(Exception, "rollout_logp"):  # switch on, none given
+            run_op("reco", b, overrides={"weight.sampling": 1})
+        with self.assertRaisesRegex(Exception, "rollout_logp"):  # a preset whose weight never reads it
+            run_op("grpo", b, rollout_logp=b["rollout"])
+        with self.assertRaisesRegex(Exception, "rollout_logp"):
+            run_op("reco", b, rollout_logp=b["rollout"][:, :3], overrides={"weight.sampling": 1})
+        with self.assertRaisesRegex(Exception, "weight.sampling"):
+            run_op("reco", b, rollout_logp=b["rollout"], overrides={"weight.sampling": 2})
 
     def test_dapo(self):
         self.check("dapo", dapo_loss, torch.float64, 1e-10)

@@ -23,6 +23,7 @@
 #include "reco/batch_ops/kl_reward.hpp"
 #include "reco/batch_ops/overlong_penalty.hpp"
 #include "reco/batch_ops/prompt_groups.hpp"
+#include "reco/batch_ops/rollout_importance_weights.hpp"
 #include "reco/batch_ops/truncation_mask.hpp"
 #include "reco/detail/moments.hpp"
 #include "reco/eval/bleu.hpp"
@@ -356,6 +357,82 @@ at::Tensor kl_reward_op(const at::Tensor& rewards_in, const at::Tensor& logp_in,
   return out.to(rewards_in.device(), rewards_in.scalar_type());
 }
 
+// The rollout importance-sampling correction: (token weights, keep mask, metrics) where the
+// weights have old_logp's dtype and device and the keep mask is bool of its shape. Filters come
+// as parallel lists (statistic names and their bounds); the metrics list follows
+// python/reco/batch.py's ROLLOUT_METRICS.
+std::tuple<at::Tensor, at::Tensor, std::vector<double>> rollout_correction_op(
+    const at::Tensor& old_in, const at::Tensor& rollout_in, const std::vector<std::string>& statistics,
+    at::ArrayRef<double> filter_lower, at::ArrayRef<double> filter_upper,
+    const c10::List<bool>& negative_advantages_only, const c10::optional<at::Tensor>& mask_in,
+    const c10::optional<at::Tensor>& offsets_in, const c10::optional<at::Tensor>& advantages_in,
+    const std::string& level, const std::string& bound, double lower, double upper, double log_ratio_bound,
+    bool normalise, double count_eps) {
+  const token_tensors t = layout_of(old_in, "old_logp", mask_in, offsets_in);
+  require(rollout_in.defined() && rollout_in.sizes() == old_in.sizes(), "rollout_logp",
+          "must have the shape of old_logp");
+  if (!c10::isFloatingType(old_in.scalar_type())) fail("old_logp", "must be a floating tensor, got " + dtype_name(old_in));
+  if (!c10::isFloatingType(rollout_in.scalar_type()))
+    fail("rollout_logp", "must be a floating tensor, got " + dtype_name(rollout_in));
+  const at::Tensor old_lp = old_in.to(at::kCPU, at::kDouble).contiguous().view(-1);
+  const at::Tensor roll_lp = rollout_in.to(at::kCPU, at::kDouble).contiguous().view(-1);
+  reco::rollout_correction_params p;
+  if (level == "none") p.level = reco::rollout_is_level::none;
+  else if (level == "token") p.level = reco::rollout_is_level::token;
+  else if (level == "sequence") p.level = reco::rollout_is_level::sequence;
+  else fail("level", "unknown level '" + level + "' (none, token or sequence)");
+  if (bound == "truncate") p.bound = reco::rollout_is_bound::truncate;
+  else if (bound == "mask") p.bound = reco::rollout_is_bound::mask;
+  else fail("bound", "unknown bound '" + bound + "' (truncate or mask)");
+  p.lower = lower;
+  p.upper = upper;
+  p.log_ratio_bound = log_ratio_bound;
+  p.normalise = normalise;
+  p.count_eps = count_eps;
+  const std::size_t nf = statistics.size();
+  require(filter_lower.size() == nf && filter_upper.size() == nf && negative_advantages_only.size() == nf, "filters",
+          "the statistic, lower, upper and negative_advantages_only lists differ in length");
+  static const char* const names[] = {"token_k1",    "token_k2",    "token_k3",    "seq_sum_k1",
+                                      "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
+                                      "seq_mean_k3", "seq_max_k1",  "seq_max_k2",  "seq_max_k3"};
+  std::vector<reco::rollout_filter> filters(nf);
+  for (std::size_t f = 0; f < nf; ++f) {
+    int which = -1;
+    for (int k = 0; k < 12; ++k)
+      if (statistics[f] == names[k]) which = k;
+    if (which < 0)
+      fail("filters[" + std::to_string(f) + "].statistic",
+           "unknown statistic '" + statistics[f] + "' (token_k1..k3, seq_sum_k1..k3, seq_mean_k1..k3, seq_max_k1..k3)");
+    filters[f].statistic = static_cast<reco::rollout_statistic>(which);
+    filters[f].lower = filter_lower[f];
+    filters[f].upper = filter_upper[f];
+    filters[f].negative_advantages_only = negative_advantages_only.get(f);
+  }
+  at::Tensor adv;
+  if (advantages_in.has_value() && advantages_in->defined()) {
+    adv = host_doubles(*advantages_in, "advantages");
+    require(adv.numel() == t.layout.responses, "advantages",
+            "has " + std::to_string(adv.numel()) + " entries, expected one per response (" +
+                std::to_string(t.layout.responses) + ")");
+  }
+  at::Tensor w = at::zeros({old_lp.numel()}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor keep = at::zeros({old_lp.numel()}, at::TensorOptions().dtype(at::kByte));
+  const reco::rollout_correction_metrics m = python_names([&] {
+    return reco::rollout_importance_weights<double>(
+        t.layout, span_of<double>(old_lp), span_of<double>(roll_lp),
+        t.mask.defined() ? span_of<std::uint8_t>(t.mask) : reco::span<const std::uint8_t>(),
+        adv.defined() ? span_of<double>(adv) : reco::span<const double>(), p,
+        reco::span<const reco::rollout_filter>(filters.data(), static_cast<index_t>(nf)),
+        reco::span<double>(w.data_ptr<double>(), w.numel()),
+        reco::span<std::uint8_t>(keep.data_ptr<std::uint8_t>(), keep.numel()));
+  });
+  std::vector<double> metrics = {static_cast<double>(m.valid_tokens), static_cast<double>(m.valid_responses),
+                                 m.weight_mean, m.weight_min, m.weight_max, m.bounded_fraction, m.normaliser,
+                                 m.rejected_token_fraction, m.rejected_response_fraction, m.k1_mean, m.k3_mean};
+  return {w.view(old_in.sizes()).to(old_in.device(), old_in.scalar_type()),
+          keep.view(old_in.sizes()).to(old_in.device(), at::kBool), metrics};
+}
+
 at::Tensor group_offsets_op(const at::Tensor& prompt_ids) {
   const at::Tensor ids = host_indices(prompt_ids, "prompt_ids");
   return to_tensor(reco::group_offsets_from_prompt_ids(span_of<int64_t>(ids)), prompt_ids.device());
@@ -589,6 +666,11 @@ TORCH_LIBRARY_FRAGMENT(reco, m) {
   m.def("kl_reward(Tensor rewards, Tensor logp, Tensor ref_logp, Tensor? mask=None, Tensor? offsets=None, "
         "float beta=0.001, str estimator=\"k3\", bool clamp=True) -> Tensor",
         &kl_reward_op);
+  m.def("rollout_correction(Tensor old_logp, Tensor rollout_logp, str[] statistics, float[] filter_lower, "
+        "float[] filter_upper, bool[] negative_advantages_only, Tensor? mask=None, Tensor? offsets=None, "
+        "Tensor? advantages=None, str level=\"token\", str bound=\"truncate\", float lower=0.0, float upper=2.0, "
+        "float log_ratio_bound=20.0, bool normalise=False, float count_eps=0.0) -> (Tensor, Tensor, float[])",
+        &rollout_correction_op);
   m.def("group_offsets(Tensor prompt_ids) -> Tensor", &group_offsets_op);
   m.def("group_by_prompt(Tensor prompt_ids) -> (Tensor, Tensor)", &group_by_prompt_op);
 

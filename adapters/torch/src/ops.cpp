@@ -38,7 +38,7 @@ reco::torch::policy_inputs inputs_of(
     const c10::optional<at::Tensor>& offsets, const c10::optional<at::Tensor>& rewards,
     const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
     const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
-    const c10::optional<at::Tensor>& response_weights) {
+    const c10::optional<at::Tensor>& response_weights, const c10::optional<at::Tensor>& rollout_logp) {
   reco::torch::policy_inputs in;
   in.logp = logp;
   in.old_logp = or_undefined(old_logp);
@@ -52,6 +52,7 @@ reco::torch::policy_inputs inputs_of(
   in.prompt_ids = or_undefined(prompt_ids);
   in.token_weights = or_undefined(token_weights);
   in.response_weights = or_undefined(response_weights);
+  in.rollout_logp = or_undefined(rollout_logp);
   return in;
 }
 
@@ -70,9 +71,10 @@ std::tuple<at::Tensor, at::Tensor> policy_loss_op(
     const c10::optional<at::Tensor>& group_offsets, const c10::optional<at::Tensor>& prompt_ids,
     const c10::optional<at::Tensor>& token_weights, const c10::optional<at::Tensor>& response_weights,
     const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t global_tokens, int64_t global_responses,
-    int64_t global_kept_tokens, int64_t global_kept_responses, bool host_stats, int64_t group_size) {
+    int64_t global_kept_tokens, int64_t global_kept_responses, bool host_stats, int64_t group_size,
+    const c10::optional<at::Tensor>& rollout_logp) {
   reco::torch::policy_inputs in = inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages,
-                                            group_offsets, prompt_ids, token_weights, response_weights);
+                                            group_offsets, prompt_ids, token_weights, response_weights, rollout_logp);
   in.group_size = group_size;
   in.normalisers.tokens = global_tokens;
   in.normalisers.responses = global_responses;
@@ -109,10 +111,11 @@ at::Tensor plan_summary_op(const std::string& preset, const std::vector<int64_t>
                            const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
                            const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
                            const c10::optional<at::Tensor>& response_weights,
-                           const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t group_size) {
+                           const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t group_size,
+                           const c10::optional<at::Tensor>& rollout_logp) {
   reco::torch::policy_inputs in =
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
-                token_weights, response_weights);
+                token_weights, response_weights, rollout_logp);
   in.group_size = group_size;
   return reco::torch::plan_summary(preset, overrides_of(overrides), part_of(part, scale), in, summaries);
 }
@@ -125,10 +128,10 @@ std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
     const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
     const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
     const c10::optional<at::Tensor>& response_weights, const c10::optional<c10::Dict<std::string, double>>& overrides,
-    int64_t group_size) {
+    int64_t group_size, const c10::optional<at::Tensor>& rollout_logp) {
   reco::torch::policy_inputs in =
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
-                token_weights, response_weights);
+                token_weights, response_weights, rollout_logp);
   in.group_size = group_size;
   reco::torch::policy_output out =
       reco::torch::policy_loss(preset, in, overrides_of(overrides), part_of(part, scale), summaries);
@@ -163,19 +166,20 @@ TORCH_LIBRARY(reco, m) {
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
       "Tensor? response_weights=None, Dict(str, float)? overrides=None, int global_tokens=0, "
       "int global_responses=0, int global_kept_tokens=0, int global_kept_responses=0, bool host_stats=True, "
-      "int group_size=0) "
+      "int group_size=0, Tensor? rollout_logp=None) "
       "-> (Tensor, Tensor)",
       &policy_loss_op);
   m.def("plan_summary(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
       "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
-      "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0) -> Tensor",
+      "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0, "
+      "Tensor? rollout_logp=None) -> Tensor",
         &plan_summary_op);
   m.def("planned_policy_loss(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
       "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
-      "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0) "
-        "-> (Tensor, Tensor)",
+      "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0, "
+      "Tensor? rollout_logp=None) -> (Tensor, Tensor)",
         &planned_policy_loss_op);
   m.def("token_logp_entropy(Tensor logits, Tensor tokens, float temperature=1.0, Tensor? row_mask=None) "
         "-> (Tensor, Tensor)",

@@ -312,6 +312,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   const at::Tensor ref_lp = token_input(in.ref_logp, "ref_logp", logp, ct);
   const at::Tensor ent = token_input(in.entropy, "entropy", logp, ct);
   const at::Tensor tw = token_input(in.token_weights, "token_weights", logp, ct);
+  const at::Tensor roll_lp = token_input(in.rollout_logp, "rollout_logp", logp, ct);
   const at::Tensor rewards = response_input(in.rewards, "rewards", R, device, ct);
   const at::Tensor adv = response_input(in.advantages, "advantages", R, device, ct);
   const at::Tensor rw = response_input(in.response_weights, "response_weights", R, device, ct);
@@ -401,7 +402,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     if (needs.entropy_gradient) c.grad_entropy = at::empty({N}, opts);
   }
 
-  c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups};
+  c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups, roll_lp};
   auto fill = [&](auto tag, auto& batch, auto& grads) {
     using T = decltype(tag);
     batch.layout = packed ? reco::packed(span<const index_t>(offsets.data_ptr<index_t>(), offsets.numel()))
@@ -412,6 +413,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     batch.ref_logp = view_of<T>(ref_lp);
     batch.entropy = view_of<T>(ent);
     batch.token_weights = view_of<T>(tw);
+    batch.rollout_logp = view_of<T>(roll_lp);
     batch.rewards = view_of<T>(rewards);
     batch.advantages = view_of<T>(adv);
     batch.response_weights = view_of<T>(rw);

@@ -46,10 +46,14 @@ struct plan_scan_fn {
   batch_pointers<T> b;
   plan_reads reads;
 
-  // The values averaged for the old mean, and how they are checked.
-  const T* old_source() const { return b.old_logp ? b.old_logp : b.logp; }
-  token_checks checks() const { return token_checks{reads.old_mean && b.old_logp != nullptr, false, reads.entropy, false}; }
-  bool logp_is_old() const { return reads.old_mean && b.old_logp == nullptr; }
+  // The values averaged for the old mean, and how they are checked (rollout_logp, when the weight
+  // reads it, was checked on the host before the scan; old_logp is then checked by the call).
+  const T* old_source() const { return b.rollout_logp ? b.rollout_logp : (b.old_logp ? b.old_logp : b.logp); }
+  token_checks checks() const {
+    return token_checks{reads.old_mean && b.old_logp != nullptr && b.rollout_logp == nullptr, false, reads.entropy,
+                        false};
+  }
+  bool logp_is_old() const { return reads.old_mean && b.old_logp == nullptr && b.rollout_logp == nullptr; }
 
   token_scan operator()(index_t i) const {
     token_scan s;

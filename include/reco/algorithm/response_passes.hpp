@@ -35,6 +35,7 @@ struct batch_pointers {
   const T* rewards = nullptr;
   const T* advantages = nullptr;
   const T* response_weights = nullptr;
+  const T* rollout_logp = nullptr;  // given only when the weight averages it instead of old_logp
 
   RECO_HOST_DEVICE bool valid(index_t t) const { return mask == nullptr || mask[t] != 0; }
 };
@@ -56,6 +57,7 @@ batch_pointers<T> pointers_of(const batch_view<T>& b) {
   p.rewards = opt(b.rewards);
   p.advantages = opt(b.advantages);
   p.response_weights = opt(b.response_weights);
+  p.rollout_logp = opt(b.rollout_logp);
   return p;
 }
 
@@ -71,7 +73,7 @@ struct input_checks {
 // What pass 1 finds in one response's tokens.
 struct token_scan {
   index_t n = 0, first = -1, last = -1;  // valid tokens, first and last valid position
-  double old_sum = 0;                    // sum of old_logp (logp when on-policy) over them
+  double old_sum = 0;                    // sum of old_logp (logp when on-policy; rollout_logp when given) over them
   std::uint32_t status = 0;              // value checks of the per-token inputs
 };
 
@@ -119,7 +121,7 @@ struct scan_response_fn {
       s.last = t;
       const double lp = static_cast<double>(b.logp[t]);
       const double old = b.old_logp ? static_cast<double>(b.old_logp[t]) : lp;
-      s.old_sum += old;
+      s.old_sum += b.rollout_logp ? static_cast<double>(b.rollout_logp[t]) : old;
       token_value_checks(faults, which, true, lp, old, which.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0,
                          which.entropy ? static_cast<double>(b.entropy[t]) : 0.0,
                          which.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
@@ -217,7 +219,7 @@ struct packed_scan {
       valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
     const P lp = load<W, Full>(b.logp + t, n);
     const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
-    st.old_sum += simd::select(valid, old, P(0.0));
+    st.old_sum += simd::select(valid, b.rollout_logp ? load<W, Full>(b.rollout_logp + t, n) : old, P(0.0));
     const P ref = which.ref_logp ? load<W, Full>(b.ref_logp + t, n) : P(0.0);
     const P h = which.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
     const P w = which.token_weights ? load<W, Full>(b.token_weights + t, n) : P(0.0);
@@ -274,6 +276,7 @@ template <class T>
 void throw_data_error(const batch_pointers<T>& b, std::uint32_t status) {
   for (const auto& e : status_table) {
     if (!(status & e.bit)) continue;
+    if (e.bit == weight_overflow && b.rollout_logp != nullptr) fail("batch.rollout_logp", rollout_weight_overflow);
     const std::string where = locate_token_fault(b, e.bit);
     if (!where.empty()) fail(e.argument, where);
     fail(e.argument, e.what);

@@ -27,6 +27,18 @@ template <class W>
 struct weight_needs_old_mean<W, std::void_t<decltype(W::needs_old_logp_mean)>>
     : std::bool_constant<W::needs_old_logp_mean> {};
 
+// Whether a weighter averages batch.rollout_logp (a runtime switch of the weighter; weighters
+// without one never do).
+template <class W, class = void>
+struct has_rollout_switch : std::false_type {};
+template <class W>
+struct has_rollout_switch<W, std::void_t<decltype(std::declval<const W&>().reads_rollout_logp())>> : std::true_type {};
+template <class W>
+bool weight_reads_rollout_logp(const W& w) {
+  if constexpr (has_rollout_switch<W>::value) return w.reads_rollout_logp();
+  else return false;
+}
+
 template <class W, class = void>
 struct has_log_raw : std::false_type {};
 template <class W>

@@ -78,6 +78,9 @@ struct policy_inputs {
   // build_step_plan and this micro-batch's index in the list given to it. CPU tensors only.
   const planned_step* plan = nullptr;
   std::size_t micro_batch = 0;
+  // optional, like logp: the rollout (inference-engine) log-probs that an expected-count weight
+  // with weight.sampling = rollout averages instead of old_logp (CPU tensors only)
+  at::Tensor rollout_logp;
 };
 
 struct policy_output {
