@@ -32,6 +32,27 @@ void biting(Obj& o, reco_ref::config& c, double ratio, double seed) {
   c.cov_seed = seed;
 }
 
+// verl's defaults (verl/trainer/config/actor/actor.yaml, core_algos.py), docs/presets.md.
+TEST(Covariance, PresetConstants) {
+  const reco::presets::clip_cov c;
+  EXPECT_EQ(c.ratio.params.log_ratio_clamp, 0.0);
+  EXPECT_EQ(c.clip.params.eps_low, 0.2);
+  EXPECT_EQ(c.clip.params.eps_high, 0.2);
+  EXPECT_EQ(c.clip.params.dual_clip, reco::dual_clip_mode::off);
+  EXPECT_EQ(c.select.params.mode, reco::covariance_mode::clip);
+  EXPECT_EQ(c.select.params.ratio, 2e-4);
+  EXPECT_EQ(c.select.params.lb, 1.0);
+  EXPECT_EQ(c.select.params.ub, 5.0);
+  EXPECT_EQ(c.select.params.seed, 0.0);
+  const reco::presets::kl_cov k;
+  EXPECT_EQ(k.ratio.params.log_ratio_clamp, 0.0);
+  EXPECT_EQ(k.select.params.mode, reco::covariance_mode::kl);
+  EXPECT_EQ(k.select.params.ratio, 2e-4);
+  EXPECT_EQ(k.select.params.coef, 0.1);
+  static_assert(!reco::presets::clip_cov::needs_entropy && !reco::presets::kl_cov::needs_entropy,
+                "the covariance needs no entropies");
+}
+
 TEST(Covariance, PresetsMatchTheReference) {
   check_against_reference(reco::presets::clip_cov{}, reco_ref::preset("clip_cov"), "clip_cov", 4100);
   check_against_reference(reco::presets::kl_cov{}, reco_ref::preset("kl_cov"), "kl_cov", 4200);

@@ -33,6 +33,8 @@ TEST(Presets, Rule8020Reco) { check_preset<reco::presets::rule_80_20_reco>("rule
 TEST(Presets, TrlBnpo) { check_preset<reco::presets::trl_bnpo>("trl_bnpo", 14); }
 TEST(Presets, TrlLuspo) { check_preset<reco::presets::trl_luspo>("trl_luspo", 15); }
 TEST(Presets, TrlVespo) { check_preset<reco::presets::trl_vespo>("trl_vespo", 16); }
+TEST(Presets, ClipCov) { check_preset<reco::presets::clip_cov>("clip_cov", 17); }
+TEST(Presets, KlCov) { check_preset<reco::presets::kl_cov>("kl_cov", 18); }
 
 // The preset constants themselves (docs/presets.md lists them with their sources).
 TEST(Presets, Constants) {

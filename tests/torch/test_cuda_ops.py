@@ -84,6 +84,8 @@ class CudaOps(unittest.TestCase):
     def test_every_preset_matches_cpu(self):
         checked = 0
         for preset in list(reco.presets()):
+            if preset in ("clip_cov", "kl_cov"):  # CPU only (test_covariance_is_refused)
+                continue
             for given in (False, True):
                 for packed in (False, True):
                     for dtype, tol in ((torch.float64, 1e-11), (torch.float32, 2e-5)):
@@ -100,6 +102,12 @@ class CudaOps(unittest.TestCase):
                             self.assertLessEqual((sg - sc).abs().max().item(), 1e-4 * max(1.0, sc.abs().max().item()))
                             checked += 1
         self.assertGreaterEqual(checked, 16 * 8)
+
+    def test_covariance_is_refused(self):
+        # Clip-Cov / KL-Cov select on the host: CUDA tensors are an error naming the preset.
+        for preset in ("clip_cov", "kl_cov"):
+            with self.assertRaisesRegex((ValueError, RuntimeError), f"'{preset}' \\(covariance_selection\\)"):
+                run(preset, make_batch(3, False, torch.float64), "cuda", False)
 
     def test_token_logp_entropy_against_float64_log_softmax(self):
         g = torch.Generator().manual_seed(3)

@@ -159,7 +159,7 @@ class PolicyLoss(unittest.TestCase):
         default, _, _ = run_op("grpo", b)
         self.assertNotEqual(loss.item(), default.item())
         self.assertIn("clip.eps_high", reco.override_keys("grpo"))
-        self.assertEqual(len(reco.presets()), 16)
+        self.assertEqual(len(reco.presets()), 18)
 
     def test_packed_equals_padded(self):
         b = make_batch(5)
