@@ -1,8 +1,9 @@
 // LibTorch CPU benchmarks, each against the LibTorch eager composite of the same formulas (the
 // way TRL and verl write them), in the same binary and the same run:
 //   (a) the per-token objective, forward + backward (loss and d loss / d logp), presets grpo,
-//       reco, dapo and rule_80_20, and two other ratio forms: sapo (SAPO's soft gate) and gpg
-//       (REINFORCE, -A logp, with GPG's batch-scaled advantage); N = 8K, 256K, 4M tokens;
+//       reco, dapo and rule_80_20, and three other forms: sapo (SAPO's soft gate), gpg
+//       (REINFORCE, -A logp, with GPG's batch-scaled advantage) and kl_cov (verl's KL-Cov, its
+//       eager code's formula); N = 8K, 256K, 4M tokens;
 //   (b) log-probability + entropy from logits, forward and forward + backward, N = 1K and 4K
 //       rows, V = 32,000 and 151,936, float32 and bfloat16.
 // Both sides use the same thread count (RECO_BENCH_THREADS, default: every core) through
@@ -62,7 +63,8 @@ const objective_batch& objective_data(int64_t N) {
 }
 
 struct preset_constants {
-  bool variance = false, weight = false, kl = false, top20 = false, token_mean = false, sapo = false, gpg = false;
+  bool variance = false, weight = false, kl = false, top20 = false, token_mean = false, sapo = false, gpg = false,
+       kl_cov = false;
   double eps_low = 0.2, eps_high = 0.2, dual_c = 3.0;
 };
 
@@ -78,6 +80,7 @@ preset_constants constants_of(const std::string& name) {
   if (name == "rule_80_20") c.top20 = true;
   if (name == "sapo") c.sapo = true;
   if (name == "gpg") c.gpg = c.token_mean = true;
+  if (name == "kl_cov") c.kl_cov = c.token_mean = true;
   return c;
 }
 
@@ -86,6 +89,8 @@ at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& m) { return (x * m
 // The eager composite: group advantages, ratio, PPO clip with the dual clip, response weights,
 // top-k entropy selection, aggregation, k3 KL and the usual two diagnostics (clip fraction and
 // ppo_kl, read back with .item() as trainers log them).
+at::Tensor eager_kl_cov(const objective_batch& b, const at::Tensor& logp, const at::Tensor& A);
+
 at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, const at::Tensor& logp) {
   const at::Tensor& m = b.maskf;
   const at::Tensor r = b.rewards.view({-1, group_size});
@@ -100,6 +105,7 @@ at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, 
     return (-A * logp * m).sum() / m.sum();
   }
   const at::Tensor A = ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
+  if (c.kl_cov) return eager_kl_cov(b, logp, A);
   if (c.sapo) {  // SAPO: gate (4 / tau) sigmoid(tau (r - 1)), tau 1 (A > 0) or 1.05; seq-mean-token-mean
     const at::Tensor tau = at::where(A > 0, at::full_like(A, 1.0), at::full_like(A, 1.05));
     const at::Tensor pg = -at::sigmoid(tau * (at::exp(log_ratio) - 1)) * 4 / tau * A;
@@ -145,6 +151,32 @@ at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, 
     at::NoGradGuard no_grad;
     benchmark::DoNotOptimize(masked_mean((pg2 > pg1).to(at::kFloat), m).item<float>());
     benchmark::DoNotOptimize(masked_mean(-log_ratio, m).item<float>());
+  }
+  return loss;
+}
+
+// verl's compute_policy_loss_kl_cov (kl_cov_ratio 2e-4, ppo_kl_coef 0.1), token-mean: the
+// covariance of advantage and log-probability over the valid tokens, top-k, + coef |log ratio|
+// on those tokens, and verl's ppo_kl diagnostic.
+at::Tensor eager_kl_cov(const objective_batch& b, const at::Tensor& logp, const at::Tensor& A) {
+  const at::Tensor& m = b.maskf;
+  const at::Tensor adv = A.expand_as(logp);
+  const at::Tensor d = logp - b.old_logp;
+  const at::Tensor ratio = at::exp(d);
+  at::Tensor pg = -adv * ratio;
+  const at::Tensor pg_kl = -adv * ratio + 0.1 * d.abs();
+  const at::Tensor valid_idx = at::nonzero(b.mask.reshape({-1})).squeeze(1);
+  const at::Tensor va = adv.reshape({-1}).index_select(0, valid_idx);
+  const at::Tensor vl = logp.detach().reshape({-1}).index_select(0, valid_idx);
+  const at::Tensor cov = (va - va.mean()) * (vl - vl.mean());
+  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(double(cov.numel()) * 2e-4));
+  const at::Tensor top = valid_idx.index_select(0, std::get<1>(at::topk(cov, k)));
+  const at::Tensor sel = at::zeros({logp.numel()}, at::kBool).index_fill_(0, top, true).view(logp.sizes());
+  pg = at::where(sel, pg_kl, pg);
+  const at::Tensor loss = (pg * m).sum() / m.sum();
+  {
+    at::NoGradGuard no_grad;
+    benchmark::DoNotOptimize(masked_mean(d.abs(), m).item<float>());
   }
   return loss;
 }
@@ -252,7 +284,7 @@ void BM_logits(benchmark::State& state, at::ScalarType dt) {
 
 // Checks once that both sides compute the same thing before timing them.
 void check_agreement() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov"}) {
     const objective_batch& b = objective_data(8192);
     const at::Tensor l1 = b.logp.clone().requires_grad_(true), l2 = b.logp.clone().requires_grad_(true);
     auto out = reco::torch::policy_loss(preset, adapter_inputs(b, l1, preset));
@@ -276,7 +308,7 @@ void check_agreement() {
 }
 
 void register_all() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov"}) {
     const std::string p = preset;
     for (int64_t N : {int64_t(8) << 10, int64_t(256) << 10, int64_t(4) << 20}) {
       benchmark::RegisterBenchmark(("objective/" + p + "/reco").c_str(), BM_objective_reco, p)

@@ -26,8 +26,10 @@
 #include "reco/entropy/entropy_bonus.hpp"
 #include "reco/entropy/no_entropy_bonus.hpp"
 #include "reco/kl/no_kl.hpp"
+#include "reco/ratio/token.hpp"
 #include "reco/result.hpp"
 #include "reco/select/all_tokens.hpp"
+#include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/step_plan.hpp"
 #include "reco/validate.hpp"
@@ -102,12 +104,16 @@ class objective {
                 "reco::objective: reinforce_ratio, cispo_ratio, sapo_ratio and vespo_ratio carry their own clipping "
                 "(or none); compose them with reco::no_clip");
 
+  static_assert(!is_covariance_selection_v<selector_type> || std::is_same_v<Ratio, token_ratio>,
+                "reco::objective: covariance_selection (clip_cov / kl_cov) composes with reco::token_ratio");
+
   // What a call needs from the batch (the objective checks these and names what is missing).
   static constexpr bool needs_rewards = Advantage::input == advantage_input::rewards;
   static constexpr bool needs_advantages = Advantage::input == advantage_input::advantages;
   static constexpr bool needs_ref_logp = kl_type::active;
   static constexpr bool needs_entropy =
-      selector_type::active || Clip::needs_entropy || entropy_type::active;
+      (selector_type::active && !is_covariance_selection_v<selector_type>) || Clip::needs_entropy ||
+      entropy_type::active;
   static constexpr bool needs_response_weights = Weight::reads_response_weights;
   static constexpr bool has_entropy_gradient = entropy_type::active;
 
@@ -121,7 +127,7 @@ class objective {
   entropy_type entropy{};
 
   bool kept_denominator() const {
-    if constexpr (selector_type::active)
+    if constexpr (selector_type::active && !is_covariance_selection_v<selector_type>)
       return select.params.denominator == selection_denominator::kept;
     else
       return false;

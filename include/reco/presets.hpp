@@ -29,6 +29,7 @@
 #include "reco/ratio/token.hpp"
 #include "reco/ratio/variance.hpp"
 #include "reco/ratio/vespo.hpp"
+#include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/weight/expected_count.hpp"
 #include "reco/weight/uniform.hpp"
@@ -190,6 +191,31 @@ struct gpg : objective<gpg_advantage, reinforce_ratio, no_clip, uniform_weight, 
 // (A <= 0), seq-mean-token-mean: verl's loss_mode "sapo" (which forces that aggregation) at its
 // defaults; TRL's loss_type "sapo" is the peer preset trl_sapo.
 struct sapo : objective<grpo_advantage, sapo_ratio, no_clip, uniform_weight, seq_mean_token_mean> {};
+
+// verl's policy_loss.loss_mode "clip_cov" and "kl_cov" (Entropy-Mechanism paper) with verl's
+// actor defaults: clip_ratio 0.2 both sides, no dual clip, no log-ratio clamp, token-mean;
+// clip_cov_ratio 2e-4, clip_cov_lb 1, clip_cov_ub 5; kl_cov_ratio 2e-4, ppo_kl_coef 0.1.
+struct clip_cov : objective<grpo_advantage, token_ratio, ppo_clip, uniform_weight, token_mean, covariance_selection> {
+  clip_cov() {
+    ratio.params.log_ratio_clamp = 0.0;
+    clip.params.eps_low = 0.2;
+    clip.params.eps_high = 0.2;
+    clip.params.dual_clip = dual_clip_mode::off;
+    select.params.mode = covariance_mode::clip;
+    select.params.ratio = 2e-4;
+    select.params.lb = 1.0;
+    select.params.ub = 5.0;
+  }
+};
+
+struct kl_cov : objective<grpo_advantage, token_ratio, no_clip, uniform_weight, token_mean, covariance_selection> {
+  kl_cov() {
+    ratio.params.log_ratio_clamp = 0.0;
+    select.params.mode = covariance_mode::kl;
+    select.params.ratio = 2e-4;
+    select.params.coef = 0.1;
+  }
+};
 
 }  // namespace presets
 RECO_NAMESPACE_END

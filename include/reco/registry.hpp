@@ -65,7 +65,9 @@ inline constexpr auto preset_table = std::make_tuple(
     preset_entry<presets::trl_luspo>{"trl_luspo"},
     preset_entry<presets::trl_vespo>{"trl_vespo"},
     preset_entry<presets::gpg>{"gpg"},
-    preset_entry<presets::sapo>{"sapo"});
+    preset_entry<presets::sapo>{"sapo"},
+    preset_entry<presets::clip_cov>{"clip_cov"},
+    preset_entry<presets::kl_cov>{"kl_cov"});
 
 using preset_table_type = std::decay_t<decltype(preset_table)>;
 inline constexpr int preset_count = static_cast<int>(std::tuple_size_v<preset_table_type>);

@@ -52,6 +52,7 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
+#include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/validate.hpp"
 
@@ -280,7 +281,8 @@ inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& f
 // summaries instead of costing a round of its own).
 template <class Obj>
 bool summary_has_histogram(const Obj& obj) {
-  if constexpr (Obj::selector_type::active) return !obj.select.params.use_given;
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>) return false;
+  else if constexpr (Obj::selector_type::active) return !obj.select.params.use_given;
   else return false;
 }
 
@@ -464,6 +466,9 @@ template <class Obj, class T>
 step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
   using namespace detail;
   obj.validate();
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
+    fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
+                 "(step plan) is not supported");
   validate_inputs(batch, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp, Obj::needs_entropy,
                   Obj::needs_response_weights);
   validate_offsets_host(batch);
@@ -630,7 +635,10 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   plan.policy_ = v;
   plan.stage_ = step_plan::stage_kind::complete;
   plan.stage_index_ = 1;
-  if constexpr (O::selector_type::active) {
+  if constexpr (is_covariance_selection_v<typename O::selector_type>) {
+    detail::fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
+                         "(step plan) is not supported");
+  } else if constexpr (O::selector_type::active) {
     const auto& p = obj.select.params;
     plan.has_selection_ = true;
     plan.kept_denominator_ = obj.kept_denominator();

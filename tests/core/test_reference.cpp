@@ -36,6 +36,8 @@ TEST(Presets, TrlLuspo) { check_preset<reco::presets::trl_luspo>("trl_luspo", 15
 TEST(Presets, TrlVespo) { check_preset<reco::presets::trl_vespo>("trl_vespo", 16); }
 TEST(Presets, Gpg) { check_preset<reco::presets::gpg>("gpg", 17); }
 TEST(Presets, Sapo) { check_preset<reco::presets::sapo>("sapo", 18); }
+TEST(Presets, ClipCov) { check_preset<reco::presets::clip_cov>("clip_cov", 19); }
+TEST(Presets, KlCov) { check_preset<reco::presets::kl_cov>("kl_cov", 20); }
 
 // Peer presets: the base preset's type with the peer's settings from the registry, against the
 // reference's own spelling of that peer's defaults.

@@ -47,10 +47,10 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 const std::vector<std::string> expected_names = {
     "grpo", "dr_grpo",         "dapo",      "gspo",       "cispo",           "aspo",           "reco",
     "reco_no_cap", "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco",
-    "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo"};
+    "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov"};
 
 TEST(Registry, NamesRoundTrip) {
-  ASSERT_EQ(rg::preset_count, 18);
+  ASSERT_EQ(rg::preset_count, 20);
   EXPECT_EQ(rg::preset_names(), expected_names);
   for (int k = 0; k < rg::preset_count; ++k) {
     EXPECT_EQ(std::string(rg::preset_name(k)), expected_names[k]);

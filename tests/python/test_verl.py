@@ -437,5 +437,107 @@ class VerlRolloutCorrection(unittest.TestCase):
             reco.rollout_correction(-old, roll)
 
 
+def per_response(adv, mask):
+    """verl's broadcast outcome advantages back to one value per response (0 for empty ones)."""
+    first = adv[torch.arange(adv.shape[0]), torch.argmax(mask.to(torch.int8), dim=1)]
+    return torch.where(mask.any(1), first, torch.zeros_like(first))
+
+
+class VerlCovariance(unittest.TestCase):
+    """reco's clip_cov / kl_cov presets against verl's own compute_policy_loss_clip_cov /
+    compute_policy_loss_kl_cov (float64, ragged batches, token-mean). Conventions aligned:
+    verl's advantages are per response (broadcast); clip_cov's random subset is compared where it
+    covers every candidate (k >= candidates), where verl's choice is exact."""
+
+    def cov_config(self, **policy_loss):
+        pl = dict(loss_mode="kl_cov", clip_cov_ratio=0.0002, clip_cov_lb=1.0, clip_cov_ub=5.0, kl_cov_ratio=0.0002,
+                  ppo_kl_coef=0.1)
+        pl.update(policy_loss)
+        return verl_config(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, policy_loss=pl)
+
+    def reco_loss(self, preset, old, new, adv, mask, overrides):
+        x = new.clone().requires_grad_(True)
+        out = reco.policy_loss(preset, x, old_logp=old, mask=mask, advantages=per_response(adv, mask),
+                               overrides=overrides)
+        out.loss.backward()
+        return out.loss.detach(), x.grad, out
+
+    def compare(self, name, lv, gv, lr, gr, mask):
+        self.assertLessEqual(abs(lv - lr).item(), 1e-12 * max(1e-300, abs(lv).item()) + 1e-300, name)
+        gscale = gv.abs().max().item()
+        self.assertLessEqual((gv - gr).abs().max().item(), 1e-12 * gscale, name)
+        self.assertEqual((gr[~mask] != 0).sum().item(), 0, name)  # masked tokens: exactly zero gradient
+        return abs(lv - lr).item() / max(1e-300, abs(lv).item()), (gv - gr).abs().max().item() / max(1e-300, gscale)
+
+    def test_kl_cov_matches_verl(self):
+        gen = torch.Generator().manual_seed(21)
+        verl_fn = core_algos.compute_policy_loss_kl_cov
+        worst = [0.0, 0.0]
+        selected_seen = compared = trial = 0
+        while compared < 24:
+            trial += 1
+            self.assertLess(trial, 200)
+            ratio = (0.0002, 0.05, 0.2, 0.6)[trial % 4]
+            coef = (0.1, 1.0, 0.37)[trial % 3]
+            old, new, adv, mask = ragged_batch(gen, groups=2 + trial % 3, T=5 + trial % 6)
+            # A tie at the cut (all advantages equal: every cov is 0) is broken by position in reco
+            # (the earlier token) and arbitrarily by torch.topk: compared only without one.
+            a, lp = adv[mask], new[mask]
+            cov = ((a - a.mean()) * (lp - lp.mean())).sort(descending=True).values
+            k = max(1, int(cov.numel() * ratio))
+            if k < cov.numel() and cov[k - 1] == cov[k]:
+                continue
+            compared += 1
+            cfg = self.cov_config(kl_cov_ratio=ratio, ppo_kl_coef=coef)
+            lv, gv, _ = loss_and_grad(verl_fn, old, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+            lr, gr, _ = self.reco_loss("kl_cov", old, new, adv, mask, {"select.ratio": ratio, "select.coef": coef})
+            # The penalty is in play: without it the losses differ.
+            l0, _, _ = self.reco_loss("kl_cov", old, new, adv, mask, {"select.ratio": ratio, "select.coef": 0.0})
+            selected_seen += int(abs(l0 - lr).item() > 0)
+            e = self.compare(f"kl_cov trial {trial}", lv, gv, lr, gr, mask)
+            worst = [max(worst[0], e[0]), max(worst[1], e[1])]
+        self.assertEqual(selected_seen, 24)
+        print(f"kl_cov vs verl: 24 batches ({trial - compared} with a tie at the cut skipped), worst relative loss {worst[0]:.2e}, gradient {worst[1]:.2e}")
+
+    def test_clip_cov_matches_verl_when_every_candidate_is_taken(self):
+        gen = torch.Generator().manual_seed(22)
+        verl_fn = core_algos.compute_policy_loss_clip_cov
+        worst = [0.0, 0.0]
+        compared = dropped_seen = 0
+        trial = 0
+        while compared < 24:
+            trial += 1
+            self.assertLess(trial, 400)
+            old, new, adv, mask = ragged_batch(gen, groups=2 + trial % 3, T=5 + trial % 6)
+            new = (old + (1 + trial % 3) * (new - old)).clamp(max=-1e-3)  # some ratios beyond the clip
+            ratio, lb, ub = ((1.0, 1.0, 5.0), (0.0002, 1.0, 5.0), (0.5, -0.5, 0.8), (1.0, 0.2, 2.0))[trial % 4]
+            over = {"select.ratio": ratio, "select.lb": lb, "select.ub": ub, "select.seed": float(trial)}
+            lr, gr, out = self.reco_loss("clip_cov", old, new, adv, mask, over)
+            candidates = int(out.stats_dict()["valid_tokens"] - out.stats_dict()["policy_tokens"])
+            # Every candidate removed is verl's choice too when k covers them (k = max(1, int(ratio N))).
+            k = max(1, int(ratio * float(mask.sum())))
+            if candidates >= k and ratio < 1.0:
+                continue  # a proper random subset: verl's torch.randperm draw is not reproducible
+            cfg = self.cov_config(loss_mode="clip_cov", clip_cov_ratio=ratio, clip_cov_lb=lb, clip_cov_ub=ub)
+            lv, gv, mv = loss_and_grad(verl_fn, old, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+            e = self.compare(f"clip_cov trial {trial}", lv, gv, lr, gr, mask)
+            worst = [max(worst[0], e[0]), max(worst[1], e[1])]
+            # verl's pg_clipfrac is the fraction of valid tokens it removed.
+            self.assertAlmostEqual(mv["actor/pg_clipfrac"], candidates / float(mask.sum()), places=6)
+            dropped_seen += int(candidates > 0)
+            compared += 1
+        self.assertGreater(dropped_seen, 12)
+        print(f"clip_cov vs verl: {compared} batches, worst relative loss {worst[0]:.2e}, gradient {worst[1]:.2e}")
+
+    def test_bad_parameters_are_named(self):
+        gen = torch.Generator().manual_seed(23)
+        old, new, adv, mask = ragged_batch(gen)
+        for key, value in (("select.ratio", 0.0), ("select.ratio", 2.0), ("select.coef", -1.0),
+                           ("select.ub", 0.5), ("select.seed", float("inf"))):
+            with self.assertRaisesRegex(ValueError, key.replace("select.", "select.params.") + "|" + key):
+                reco.policy_loss("clip_cov" if key != "select.coef" else "kl_cov", new, old_logp=old, mask=mask,
+                                 advantages=per_response(adv, mask), overrides={key: value})
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -122,7 +123,8 @@ layout describe(const batch& b, const config& c) {
   }
   if (c.kl_mode != kl::none) require(b.ref_logp.size() == N, "a KL term needs batch.ref_logp");
   if (c.entropy_bonus) require(b.entropy.size() == N, "the entropy bonus needs batch.entropy");
-  if (c.select != selection::all) require(b.entropy.size() == N, "token selection needs batch.entropy");
+  if (c.select == selection::top_k || c.select == selection::quantile)
+    require(b.entropy.size() == N, "token selection needs batch.entropy");
   if (c.clip_mode == clip::entropy_split) {
     require(b.entropy.size() == N, "entropy_split clipping needs batch.entropy");
   }
@@ -374,7 +376,7 @@ std::vector<double> weights_of(const batch& b, const config& c, const layout& la
 
 std::vector<std::uint8_t> kept_of(const batch& b, const config& c, const layout& lay) {
   std::vector<std::uint8_t> kept = lay.valid;
-  if (c.select == selection::all) return kept;
+  if (c.select == selection::all || c.select == selection::cov_clip || c.select == selection::cov_kl) return kept;
 
   // Population: the valid tokens, in flat position order.
   std::vector<i64> population;
@@ -768,6 +770,69 @@ double coefficient(const config& c, const batch& b, const layout& lay, const ter
 }
 
 // ---------------------------------------------------------------------------------------------
+// Clip-Cov / KL-Cov selection: 1 = selected. Everything at the frozen point (stop-gradient).
+// ---------------------------------------------------------------------------------------------
+
+std::uint64_t mix64(std::uint64_t z) {  // splitmix64's output function of state z
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<std::uint8_t> cov_selected_of(const batch& b, const config& c, const layout& lay,
+                                          const std::vector<double>& adv, const std::vector<double>& frozen) {
+  std::vector<std::uint8_t> sel(at(lay.N), 0);
+  if (c.select != selection::cov_clip && c.select != selection::cov_kl) return sel;
+  double n = 0, sa = 0, sl = 0;
+  for (i64 i = 0; i < lay.R; ++i)
+    for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t)
+      if (lay.valid[at(t)]) {
+        n += 1;
+        sa += adv[at(i)];
+        sl += frozen[at(t)];
+      }
+  if (n == 0) return sel;
+  const double ma = sa / n, ml = sl / n;
+  const i64 k = std::max<i64>(1, static_cast<i64>(c.cov_ratio * n));
+  struct cand {
+    double cov;
+    std::uint64_t key;
+    i64 t;
+  };
+  std::vector<cand> cs;
+  for (i64 i = 0; i < lay.R; ++i)
+    for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
+      if (!lay.valid[at(t)]) continue;
+      const double A = adv[at(i)];
+      const double cov = (A - ma) * (frozen[at(t)] - ml);
+      if (c.select == selection::cov_clip) {
+        bool unused = true;
+        const double r = std::exp(clamp_log(frozen[at(t)] - b.old_logp[at(t)], c.log_ratio_clamp, unused));
+        bool clip_binds = false;
+        if (c.clip_mode == clip::ppo) {
+          const double rc = std::min(std::max(r, 1 - c.eps_low), 1 + c.eps_high);
+          clip_binds = -A * rc > -A * r;
+        }
+        if (clip_binds || !(cov > c.cov_lb) || !(cov < c.cov_ub)) continue;
+        std::uint64_t seed_bits = 0;
+        std::memcpy(&seed_bits, &c.cov_seed, sizeof seed_bits);
+        const std::uint64_t key = mix64((seed_bits * 0xD1B54A32D192ED03ull) ^ static_cast<std::uint64_t>(t));
+        cs.push_back({cov, key, t});
+      } else {
+        cs.push_back({cov, 0, t});
+      }
+    }
+  // A full sort: clip by the seeded key, kl by covariance (larger first); the earlier token on ties.
+  if (c.select == selection::cov_clip)
+    std::sort(cs.begin(), cs.end(), [](const cand& x, const cand& y) { return x.key < y.key || (x.key == y.key && x.t < y.t); });
+  else
+    std::sort(cs.begin(), cs.end(), [](const cand& x, const cand& y) { return x.cov > y.cov || (x.cov == y.cov && x.t < y.t); });
+  for (std::size_t j = 0; j < cs.size() && static_cast<i64>(j) < k; ++j) sel[at(cs[j].t)] = 1;
+  return sel;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The whole evaluation. `logp` is the variable, `frozen` the point of the stop-gradient terms.
 // ---------------------------------------------------------------------------------------------
 
@@ -782,6 +847,9 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
   out.zero_std_group_frac = zero_std_group_frac_of(b, c, lay);
   out.weights = weights_of(b, c, lay, out.weight_cap_hits);
   out.kept = kept_of(b, c, lay);
+  const std::vector<std::uint8_t> cov_sel = cov_selected_of(b, c, lay, out.advantages, frozen);
+  if (c.select == selection::cov_clip)  // Clip-Cov: the selected tokens leave the policy term
+    for (std::size_t t = 0; t < N; ++t) out.kept[t] = out.kept[t] && !cov_sel[t];
   out.grad_logp.assign(N, 0.0);
   out.grad_entropy.assign(N, 0.0);
 
@@ -859,7 +927,12 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
           in.eps_low = c.split_eps_low;
           in.eps_high = c.split_eps_high;
         }
-        const token_out tok = policy_token(c, in);
+        token_out tok = policy_token(c, in);
+        if (c.select == selection::cov_kl && cov_sel[at(t)]) {  // KL-Cov: + coef |logp - old_logp|
+          const double d = lp - in.old;
+          tok.loss += c.cov_coef * std::fabs(d);
+          tok.grad += c.cov_coef * (d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0);
+        }
         const double coef = coefficient(c, b, lay, pg_counts, pg_global_tokens, pg_global_responses, i);
         const double iw = b.token_weights.empty() ? 1.0 : b.token_weights[at(t)];
         policy.add(coef * w * iw * tok.loss);
@@ -970,7 +1043,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
 std::vector<std::string> preset_names() {
   return {"grpo",     "dr_grpo",   "dapo",       "gspo",          "cispo",           "aspo",       "reco",
           "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap",
-          "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo"};
+          "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov"};
 }
 
 config preset(const std::string& name) {
@@ -1075,6 +1148,26 @@ config preset(const std::string& name) {
     c.ratio_form = ratio::variance;
     c.weight_mode = weight::expected_count;
     c.weight_cap = 10;
+    return c;
+  }
+  // verl's clip_cov / kl_cov (verl/trainer/config/actor/actor.yaml): clip 0.2 both sides, no
+  // dual clip, no log-ratio clamp, token-mean; ratios 2e-4, clip bounds (1, 5), KL coef 0.1.
+  if (name == "clip_cov" || name == "kl_cov") {
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::token;
+    c.log_ratio_clamp = 0;
+    c.clip_mode = name == "clip_cov" ? clip::ppo : clip::none;
+    c.eps_low = 0.2;
+    c.eps_high = 0.2;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::none;
+    c.select = name == "clip_cov" ? selection::cov_clip : selection::cov_kl;
+    c.cov_ratio = 2e-4;
+    c.cov_lb = 1;
+    c.cov_ub = 5;
+    c.cov_coef = 0.1;
     return c;
   }
   if (name == "rule_80_20") {

@@ -20,7 +20,7 @@ enum class clip { none, ppo, entropy_split };
 enum class dual { off, hard, soft };
 enum class weight { uniform, expected_count, caller };
 enum class weight_norm { none, group_mean, batch_mean };
-enum class selection { all, top_k, quantile };
+enum class selection { all, top_k, quantile, cov_clip, cov_kl };
 enum class denominator { valid, kept };
 enum class aggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, seq_mean_token_sum_all };
 enum class kl { none, k1, abs, k2, k3 };
@@ -66,6 +66,10 @@ struct config {
   bool use_given_cut = false;
   double given_cut = 0;
   std::int64_t given_ties = -1;  // top_k with a given cut: ties kept in position order; < 0: all
+  // Clip-Cov / KL-Cov (docs/components/select.md): cov_t = (A_t - mean A)(logp_t - mean logp)
+  // over the valid tokens at the frozen point; k = max(1, floor(cov_ratio N)).
+  double cov_ratio = 2e-4, cov_lb = 1, cov_ub = 5, cov_coef = 0.1;
+  double cov_seed = 0;  // clip: the subset is the k candidates with the smallest splitmix64(bits(seed) C ^ t)
 
   // Aggregation (conventions: Aggregation).
   aggregation agg = aggregation::seq_mean_token_mean;
@@ -125,7 +129,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
                    const std::vector<double>& frozen_logp);
 
 // grpo, dr_grpo, dapo, gspo, cispo, aspo, reco, reco_response_only, reco_token_only, dapo_reco,
-// rule_80_20, rule_80_20_reco, reco_no_cap, trl_bnpo, trl_luspo, trl_vespo. Throws std::invalid_argument for another name.
+// rule_80_20, rule_80_20_reco, reco_no_cap, trl_bnpo, trl_luspo, trl_vespo, clip_cov, kl_cov. Throws std::invalid_argument for another name.
 config preset(const std::string& name);
 std::vector<std::string> preset_names();
 

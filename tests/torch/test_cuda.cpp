@@ -33,7 +33,8 @@ reco::torch::policy_inputs to_cuda(reco::torch::policy_inputs in) {
 TEST(Cuda, PresetsMatchCpu) {
   REQUIRE_CUDA();
   for (const std::string& name : reco::torch::preset_names())
-    for (bool packed : {false, true})
+    for (bool packed : {false, true}) {
+      if (name == "clip_cov" || name == "kl_cov") continue;  // CPU only: CovarianceRejected below
       for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
         SCOPED_TRACE(name + (packed ? " packed " : " padded ") + c10::toString(dt));
         const torch_test::batch b = torch_test::make_batch(packed ? 7 : 8, packed);
@@ -51,6 +52,23 @@ TEST(Cuda, PresetsMatchCpu) {
         EXPECT_EQ(og.stats.stats.valid_tokens, oc.stats.stats.valid_tokens);
         EXPECT_EQ(og.stats.stats.weight_cap_hits, oc.stats.stats.weight_cap_hits);
       }
+    }
+}
+
+// Clip-Cov / KL-Cov select on the host: CUDA tensors are refused with the preset's name.
+TEST(Cuda, CovarianceRejected) {
+  REQUIRE_CUDA();
+  const torch_test::batch b = torch_test::make_batch(8, false);
+  for (const char* name : {"clip_cov", "kl_cov"}) {
+    reco::torch::policy_inputs gpu = to_cuda(torch_test::inputs(b, at::kDouble));
+    try {
+      reco::torch::policy_loss(name, gpu);
+      ADD_FAILURE() << name << " ran on CUDA";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("covariance_selection"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Cuda, NoSyncStatsAndPromptIds) {

@@ -84,6 +84,8 @@ class CudaOps(unittest.TestCase):
     def test_every_preset_matches_cpu(self):
         checked = 0
         for preset in list(reco.presets()):
+            if preset in ("clip_cov", "kl_cov"):  # CPU only (test_covariance_is_refused)
+                continue
             for given in (False, True):
                 for packed in (False, True):
                     for dtype, tol in ((torch.float64, 1e-11), (torch.float32, 2e-5)):
@@ -115,6 +117,12 @@ class CudaOps(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "batch.rollout_logp"):
             reco.policy_loss("reco", logp, *args, {"weight.sampling": 1.0}, 0, 0, 0, 0, True, 0,
                              kw["old_logp"] - 0.1)
+
+    def test_covariance_is_refused(self):
+        # Clip-Cov / KL-Cov select on the host: CUDA tensors are an error naming the preset.
+        for preset in ("clip_cov", "kl_cov"):
+            with self.assertRaisesRegex((ValueError, RuntimeError), f"'{preset}' \\(covariance_selection\\)"):
+                run(preset, make_batch(3, False, torch.float64), "cuda", False)
 
     def test_token_logp_entropy_against_float64_log_softmax(self):
         g = torch.Generator().manual_seed(3)

@@ -184,7 +184,7 @@ class PolicyLoss(unittest.TestCase):
         default, _, _ = run_op("grpo", b)
         self.assertNotEqual(loss.item(), default.item())
         self.assertIn("clip.eps_high", reco.override_keys("grpo"))
-        self.assertEqual(len(reco.presets()), 18)
+        self.assertEqual(len(reco.presets()), 20)
 
     def test_peer_presets(self):
         # A peer preset is its base with the peer's constants; overrides apply on top.

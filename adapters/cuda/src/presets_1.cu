@@ -12,7 +12,11 @@ bool run_part1(int index, const override_list& overrides, const reco_cuda_object
                cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out) {
   return visit_preset<part_bounds[1], part_bounds[2]>(index, [&](auto obj) {
     registry::apply_overrides(obj, overrides, std::string("preset '") + registry::preset_name(index) + "'");
-    *out = run_objective_async(obj, args, stream, ctx, device_result);
+    // Clip-Cov / KL-Cov select on the host: no fused kernels are compiled for them.
+    if constexpr (is_covariance_selection_v<typename decltype(obj)::selector_type>)
+      ::reco::detail::fail("preset", std::string("'") + registry::preset_name(index) + "' (covariance_selection) runs on the CPU only");
+    else
+      *out = run_objective_async(obj, args, stream, ctx, device_result);
   });
 }
 

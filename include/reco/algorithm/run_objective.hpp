@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "reco/algorithm/covariance_tokens.hpp"
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/plan_call.hpp"
 #include "reco/algorithm/response_passes.hpp"
@@ -140,7 +141,26 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   }
 
   const std::uint8_t* kept = nullptr;
-  if constexpr (Objective::selector_type::active) {
+  constexpr bool covariance = is_covariance_selection_v<typename Objective::selector_type>;
+  if constexpr (covariance) {
+    // Clip-Cov / KL-Cov: selected on the host over this call's tokens.
+    if (plan != nullptr)
+      fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
+                   "(step plan) is not supported");
+    if constexpr (!Backend::host_accessible) {
+      fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
+    } else {
+      covariance_select(obj, b, r, sc.kept);
+      if (obj.select.params.mode == covariance_mode::clip) {
+        // The selected tokens leave the policy term; the denominator keeps every valid token.
+        for (index_t t = 0; t < N; ++t) sc.kept[t] = b.valid(t) && sc.kept[t] == 0 ? 1 : 0;
+        be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+        kept = sc.kept;
+      } else {
+        r.kept = r.length;
+      }
+    }
+  } else if constexpr (Objective::selector_type::active) {
     if (plan != nullptr) {
       be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
     } else {
@@ -193,6 +213,10 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   be.reduce_tokens(b.layout,
                    token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
                    merge_fn<token_partial>{}, sc.tokens);
+  if constexpr (covariance && Backend::host_accessible) {
+    if (obj.select.params.mode == covariance_mode::kl)
+      covariance_penalty(obj, b, r, sc.kept, grads.logp.data(), *sc.tokens);
+  }
   be.for_each(1, result_fn{s, sc.tokens, sc.result, b.entropy != nullptr, reads_rewards, P});
   return sc.result;
 }

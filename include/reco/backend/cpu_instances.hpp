@@ -56,7 +56,9 @@ RECO_NAMESPACE_END
   X(rule_80_20)                     \
   X(rule_80_20_reco)                \
   X(trl_luspo)                      \
-  X(trl_vespo)
+  X(trl_vespo)                      \
+  X(clip_cov)                       \
+  X(kl_cov)
 
 #ifdef RECO_EXTERN_CPU_PRESETS
 RECO_FOR_EACH_CPU_PRESET(RECO_CPU_PRESET_INSTANCE_DECLARE)

@@ -115,7 +115,9 @@ struct objective_algorithm<cuda_fused, Objective> {
 
     // The pieces that need a sort: the generic passes, on the same stream and scratch.
     objective_scalars* s = sc.scalars;
-    if constexpr (Objective::selector_type::active) {
+    if constexpr (is_covariance_selection_v<typename Objective::selector_type>) {
+      ::reco::detail::fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
+    } else if constexpr (Objective::selector_type::active) {
       compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
       mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
       if (obj.kept_denominator()) {

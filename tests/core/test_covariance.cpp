@@ -1,0 +1,201 @@
+// Clip-Cov / KL-Cov (reco::covariance_selection, presets clip_cov and kl_cov) against the
+// independent reference (values, gradients on both token paths, finite differences with the
+// selection frozen), the selection's own rules, bad parameters, and the rejected split step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/compare.hpp"
+#include "reco/given_advantages.hpp"
+#include "reco/presets.hpp"
+#include "reco/step_plan.hpp"
+
+namespace {
+
+using namespace reco_test;
+
+// Parameters under which the selection bites on the small test batches: k > 1 and wide bounds.
+template <class Obj>
+void biting(Obj& o, reco_ref::config& c, double ratio, double seed) {
+  o.select.params.ratio = ratio;
+  o.select.params.lb = -0.5;
+  o.select.params.ub = 0.8;
+  o.select.params.coef = 0.7;
+  o.select.params.seed = seed;
+  c.cov_ratio = ratio;
+  c.cov_lb = -0.5;
+  c.cov_ub = 0.8;
+  c.cov_coef = 0.7;
+  c.cov_seed = seed;
+}
+
+// verl's defaults (verl/trainer/config/actor/actor.yaml, core_algos.py), docs/presets.md.
+TEST(Covariance, PresetConstants) {
+  const reco::presets::clip_cov c;
+  EXPECT_EQ(c.ratio.params.log_ratio_clamp, 0.0);
+  EXPECT_EQ(c.clip.params.eps_low, 0.2);
+  EXPECT_EQ(c.clip.params.eps_high, 0.2);
+  EXPECT_EQ(c.clip.params.dual_clip, reco::dual_clip_mode::off);
+  EXPECT_EQ(c.select.params.mode, reco::covariance_mode::clip);
+  EXPECT_EQ(c.select.params.ratio, 2e-4);
+  EXPECT_EQ(c.select.params.lb, 1.0);
+  EXPECT_EQ(c.select.params.ub, 5.0);
+  EXPECT_EQ(c.select.params.seed, 0.0);
+  const reco::presets::kl_cov k;
+  EXPECT_EQ(k.ratio.params.log_ratio_clamp, 0.0);
+  EXPECT_EQ(k.select.params.mode, reco::covariance_mode::kl);
+  EXPECT_EQ(k.select.params.ratio, 2e-4);
+  EXPECT_EQ(k.select.params.coef, 0.1);
+  static_assert(!reco::presets::clip_cov::needs_entropy && !reco::presets::kl_cov::needs_entropy,
+                "the covariance needs no entropies");
+}
+
+TEST(Covariance, PresetsMatchTheReference) {
+  check_against_reference(reco::presets::clip_cov{}, reco_ref::preset("clip_cov"), "clip_cov", 4100);
+  check_against_reference(reco::presets::kl_cov{}, reco_ref::preset("kl_cov"), "kl_cov", 4200);
+}
+
+TEST(Covariance, BitingParametersMatchTheReference) {
+  for (double ratio : {0.05, 0.3, 1.0})
+    for (double seed : {0.0, 12345.0}) {
+      const std::string tag = " ratio " + std::to_string(ratio) + " seed " + std::to_string(seed);
+      reco::presets::clip_cov cc;
+      reco_ref::config ccfg = reco_ref::preset("clip_cov");
+      biting(cc, ccfg, ratio, seed);
+      check_against_reference(cc, ccfg, "clip_cov" + tag, 4300);
+      reco::presets::kl_cov kc;
+      reco_ref::config kcfg = reco_ref::preset("kl_cov");
+      biting(kc, kcfg, ratio, seed);
+      check_against_reference(kc, kcfg, "kl_cov" + tag, 4400);
+      // Given advantages (the form verl's function takes) against the reference.
+      const auto given = reco::with_given_advantages(kc);
+      kcfg.adv = reco_ref::advantage::given;
+      for (std::uint64_t s = 0; s < 4; ++s) {
+        const master_batch m = make_batch(4500 + s, standard_specs()[s * 5]);
+        expect_matches(run_library<double>(given, m), reco_ref::evaluate(to_reference(m), kcfg),
+                       tolerances_for<double>(), "kl_cov given" + tag);
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+}
+
+TEST(Covariance, FiniteDifferencesWithTheSelectionFrozen) {
+  for (std::uint64_t seed : {4601u, 4602u, 4603u, 4604u}) {
+    reco::presets::clip_cov cc;
+    reco_ref::config ccfg = reco_ref::preset("clip_cov");
+    biting(cc, ccfg, 0.3, 3.0);
+    check_finite_differences(cc, ccfg, "clip_cov", seed, seed % 2 == 0);
+    reco::presets::kl_cov kc;
+    reco_ref::config kcfg = reco_ref::preset("kl_cov");
+    biting(kc, kcfg, 0.3, 3.0);
+    check_finite_differences(kc, kcfg, "kl_cov", seed, seed % 2 == 1);
+  }
+}
+
+// Counts of the selection, read from the diagnostics: Clip-Cov removes exactly
+// min(k, candidates) tokens from the policy term; with k at least the candidates the choice is
+// every candidate (verl's exactly), whatever the seed; below, seeds choose different subsets.
+TEST(Covariance, ClipCovRemovesMinOfKAndTheCandidates) {
+  bool saw_subset_differ = false;
+  for (std::uint64_t s = 0; s < 12; ++s) {
+    const master_batch m = make_batch(4700 + s, standard_specs()[s]);
+    reco::presets::clip_cov all;
+    all.select.params.ratio = 1.0;
+    all.select.params.lb = -1e300;
+    all.select.params.ub = 1e300;
+    const library_output a0 = run_library<double>(all, m);
+    all.select.params.seed = 99;
+    const library_output a1 = run_library<double>(all, m);
+    EXPECT_EQ(a0.result.loss, a1.result.loss) << "every candidate: the seed does not matter";
+    EXPECT_EQ(a0.grad_logp, a1.grad_logp);
+
+    const index_t candidates = a0.result.stats.valid_tokens - a0.result.stats.policy_tokens;
+    if (candidates < 3) continue;
+    reco::presets::clip_cov some = all;
+    // k = floor(ratio N) = candidates - 1.
+    some.select.params.ratio = (static_cast<double>(candidates) - 0.5) / static_cast<double>(a0.result.stats.valid_tokens);
+    std::vector<std::vector<double>> grads;
+    for (double seed : {0.0, 1.0, 2.0, 3.0}) {
+      some.select.params.seed = seed;
+      const library_output o = run_library<double>(some, m);
+      EXPECT_EQ(o.result.stats.valid_tokens - o.result.stats.policy_tokens, candidates - 1);
+      EXPECT_EQ(run_library<double>(some, m).grad_logp, o.grad_logp) << "reproducible";
+      grads.push_back(o.grad_logp);
+    }
+    for (std::size_t j = 1; j < grads.size(); ++j) saw_subset_differ |= grads[j] != grads[0];
+  }
+  EXPECT_TRUE(saw_subset_differ) << "the seed should change the subset somewhere";
+}
+
+// Masked tokens get exactly 0 gradient, selected or not.
+TEST(Covariance, MaskedTokensGetZeroGradient) {
+  for (std::uint64_t s = 0; s < 8; ++s) {
+    const master_batch m = make_batch(4800 + s, standard_specs()[2 * s + 1]);
+    reco::presets::kl_cov kc;
+    kc.select.params.ratio = 1.0;
+    reco::presets::clip_cov cc;
+    cc.select.params.ratio = 1.0;
+    cc.select.params.lb = -1e300;
+    for (bool v : {true, false}) {
+      const library_output a = run_library<double>(kc, m, {}, v), b = run_library<double>(cc, m, {}, v);
+      for (std::size_t t = 0; t < m.mask.size(); ++t)
+        if (!m.mask[t]) {
+          EXPECT_EQ(a.grad_logp[t], 0.0);
+          EXPECT_EQ(b.grad_logp[t], 0.0);
+        }
+    }
+  }
+}
+
+std::string bad(void (*set)(reco::presets::kl_cov&)) {
+  reco::presets::kl_cov o;
+  set(o);
+  try {
+    o.validate();
+  } catch (const reco::error& e) {
+    return e.argument();
+  }
+  return "";
+}
+
+TEST(Covariance, BadParametersAreNamed) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  static double v;
+  for (double x : {0.0, -0.1, 1.5, nan}) {
+    v = x;
+    EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.ratio = v; }), "select.params.ratio") << x;
+  }
+  v = nan;
+  EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.lb = v; }), "select.params.lb");
+  EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.ub = v; }), "select.params.ub");
+  EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.ub = o.select.params.lb; }), "select.params.ub");
+  for (double x : {-1.0, inf, nan}) {
+    v = x;
+    EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.coef = v; }), "select.params.coef") << x;
+  }
+  for (double x : {inf, nan}) {
+    v = x;
+    EXPECT_EQ(bad([](reco::presets::kl_cov& o) { o.select.params.seed = v; }), "select.params.seed") << x;
+  }
+  EXPECT_EQ(bad([](reco::presets::kl_cov&) {}), "");
+}
+
+TEST(Covariance, SplitStepIsRejected) {
+  const master_batch m = make_batch(4900, standard_specs()[3]);
+  typed_batch<double> tb(m);
+  const reco::step_info step{1, m.R, 1.0, 0};
+  const std::vector<reco::batch_view<double>> views{tb.view()};
+  const std::vector<reco::step_part> parts{reco::step_part{step, 0, 0}};
+  try {
+    reco::plan_step(reco::presets::clip_cov{}, step, views, parts);
+    ADD_FAILURE() << "plan_step accepted clip_cov";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "plan");
+    EXPECT_NE(std::string(e.what()).find("covariance_selection"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
