@@ -26,8 +26,6 @@ only when trl itself is not installed and RECO_REQUIRE_TRL is unset.
 """
 import collections
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -36,23 +34,13 @@ import unittest
 
 import torch
 
+from standins import Inert, StandIns
 
-class _Inert(type):
-    """A stand-in class: any attribute is another stand-in; calling it with one callable returns
-    that callable (decorators), an is_*_available() check returns False, anything else returns
-    the class itself."""
 
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(name, (), {})
+class _Inert(Inert):
+    """Stand-in classes for TRL's imports: an is_*_available() check returns False."""
 
-    def __call__(cls, *args, **kwargs):
-        if cls.__name__.startswith("is_") and cls.__name__.endswith("_available"):
-            return False  # optional integrations (peft, wandb, rich, ...) stay off
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return cls
+    available = False
 
 
 @dataclasses.dataclass
@@ -63,38 +51,23 @@ class _TrainingArguments:
     _VALID_DICT_FIELDS = []
 
 
-class _InertModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(name, (), {})
+# Versions TRL compares at import (transformers >= 5 selects its current code paths).
+_VERSIONS = {"transformers": "5.0.0"}
 
 
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    roots = {"transformers", "accelerate", "datasets", "huggingface_hub", "pandas", "pyarrow", "jinja2"}
-    torch_parts = ("torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed._composable")
-    # Versions TRL compares at import (transformers >= 5 selects its current code paths).
-    versions = {"transformers": "5.0.0"}
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.roots or any(name == p or name.startswith(p + ".") for p in self.torch_parts):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _InertModule(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-        module.__version__ = self.versions.get(module.__name__.split(".")[0], "1.0.0")
-        if module.__name__ == "transformers":
-            module.TrainingArguments = _TrainingArguments
+def _prepare(module):
+    module.__version__ = _VERSIONS.get(module.__name__.split(".")[0], "1.0.0")
+    if module.__name__ == "transformers":
+        module.TrainingArguments = _TrainingArguments
 
 
 def _import_trl():
     if importlib.util.find_spec("trl") is None:
         return None
-    sys.meta_path.insert(0, _StandIns())
+    sys.meta_path.insert(0, StandIns(
+        {"transformers", "accelerate", "datasets", "huggingface_hub", "pandas", "pyarrow", "jinja2"},
+        prefixes=("torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed._composable"),
+        inert=_Inert, prepare=_prepare))
     from trl.trainer import grpo_config, grpo_trainer  # noqa: E402
     return grpo_trainer, grpo_config
 

@@ -7,60 +7,22 @@ verl's. Run with a python that has reco, torch, numpy, omegaconf, orjson and ver
 skipped (exit code 0, with a message) only when verl itself is not installed and RECO_REQUIRE_VERL
 is unset.
 """
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import math
 import os
 import re
 import sys
-import types
 import unittest
 
 import torch
 
-
-class _Inert(type):
-    """A stand-in class: any attribute is another stand-in; calling it with one callable
-    returns that callable (decorators such as ray.remote), otherwise the class itself."""
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(name, (), {})
-
-    def __call__(cls, *args, **kwargs):
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return cls
-
-
-class _InertModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(name, (), {})
-
-
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    roots = {"ray", "tensordict", "transformers", "codetiming"}
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _InertModule(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
+from standins import StandIns
 
 
 def _import_verl():
     if importlib.util.find_spec("verl") is None:
         return None
-    sys.meta_path.insert(0, _StandIns())
+    sys.meta_path.insert(0, StandIns({"ray", "tensordict", "transformers", "codetiming"}))
     from verl.trainer.ppo import core_algos  # noqa: E402
     return core_algos
 
