@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/named_argument.hpp"
 #include "core/random_batch.hpp"
 #include "reco/batch_ops/filter_groups.hpp"
 #include "reco/batch_ops/gae.hpp"
@@ -203,16 +204,7 @@ TEST(BatchOps, PopulationCut) {
   EXPECT_EQ(q.ties, -1);
 }
 
-// The argument a reco::error names ("" when f does not throw one).
-std::string named_argument(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const reco::error& e) {
-    EXPECT_NE(std::string(e.what()).find(e.argument()), std::string::npos);
-    return e.argument();
-  }
-  return "";
-}
+using reco_test::named_argument;
 
 TEST(BatchOps, RemaxAdvantages) {
   reco::workspace<reco::cpu> ws;

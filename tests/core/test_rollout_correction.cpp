@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/named_argument.hpp"
 #include "reco/batch_ops/rollout_importance_weights.hpp"
 
 namespace {
@@ -298,15 +299,7 @@ TEST(BatchOps, RolloutCorrectionOffPolicySequenceMask) {
   EXPECT_EQ(w, std::vector<double>(6, 1.0));  // level none: weight 1 at every valid token
 }
 
-std::string named(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const reco::error& e) {
-    EXPECT_NE(std::string(e.what()).find(e.argument()), std::string::npos);
-    return e.argument();
-  }
-  return "";
-}
+using reco_test::named_argument;
 
 TEST(BatchOps, RolloutCorrectionErrorsNameTheArgument) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -317,7 +310,7 @@ TEST(BatchOps, RolloutCorrectionErrorsNameTheArgument) {
                   std::size_t nk) {
     std::vector<double> w(nw);
     std::vector<std::uint8_t> k(nk);
-    return named([&] {
+    return named_argument([&] {
       reco::rollout_importance_weights<double>(reco::padded(2, 2), oo, rr, mm, adv, p, f, reco::span<double>(w),
                                                reco::span<std::uint8_t>(k));
     });
@@ -382,7 +375,7 @@ TEST(BatchOps, RolloutCorrectionErrorsNameTheArgument) {
   EXPECT_EQ(call(ok, {}, o, r, m, {}, 3, 4), "weights");
   EXPECT_EQ(call(ok, {}, o, r, m, {}, 4, 5), "keep_mask");
   const std::vector<index_t> bad_offsets = {0, 3, 2};
-  EXPECT_EQ(named([&] {
+  EXPECT_EQ(named_argument([&] {
               reco::rollout_importance_weights<double>(reco::packed(reco::span<const index_t>(bad_offsets)), o, r, m, {},
                                                        ok, {}, {}, {});
             }),
