@@ -61,3 +61,21 @@ class StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         if self.prepare is not None:
             self.prepare(module)
+
+
+def import_peer_or_skip(package, modules, standins, test, require_env):
+    """Imports ``modules`` (dotted names) of an installed peer ``package`` behind ``standins`` and
+    returns them. Without the package the test is skipped (exit code 0, with a message) unless
+    the environment variable ``require_env`` is set, which makes it an error."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    if importlib.util.find_spec(package) is None:
+        if os.environ.get(require_env):
+            raise SystemExit(f"{test}: {package} is not installed ({require_env} is set)")
+        print(f"{test}: {package} is not installed; skipped")
+        sys.exit(0)
+    sys.meta_path.insert(0, standins)
+    return [importlib.import_module(m) for m in modules]

@@ -26,15 +26,13 @@ only when trl itself is not installed and RECO_REQUIRE_TRL is unset.
 """
 import collections
 import dataclasses
-import importlib.util
-import os
 import sys
 import types
 import unittest
 
 import torch
 
-from standins import Inert, StandIns
+from standins import Inert, StandIns, import_peer_or_skip
 
 
 class _Inert(Inert):
@@ -61,24 +59,12 @@ def _prepare(module):
         module.TrainingArguments = _TrainingArguments
 
 
-def _import_trl():
-    if importlib.util.find_spec("trl") is None:
-        return None
-    sys.meta_path.insert(0, StandIns(
-        {"transformers", "accelerate", "datasets", "huggingface_hub", "pandas", "pyarrow", "jinja2"},
-        prefixes=("torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed._composable"),
-        inert=_Inert, prepare=_prepare))
-    from trl.trainer import grpo_config, grpo_trainer  # noqa: E402
-    return grpo_trainer, grpo_config
-
-
-_trl = _import_trl()
-if _trl is None:
-    if os.environ.get("RECO_REQUIRE_TRL"):
-        raise SystemExit("test_trl: trl is not installed (RECO_REQUIRE_TRL is set)")
-    print("test_trl: trl is not installed; skipped")
-    sys.exit(0)
-grpo_trainer, grpo_config = _trl
+grpo_config, grpo_trainer = import_peer_or_skip(
+    "trl", ["trl.trainer.grpo_config", "trl.trainer.grpo_trainer"],
+    StandIns({"transformers", "accelerate", "datasets", "huggingface_hub", "pandas", "pyarrow", "jinja2"},
+             prefixes=("torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed._composable"),
+             inert=_Inert, prepare=_prepare),
+    "test_trl", "RECO_REQUIRE_TRL")
 GRPOTrainer = grpo_trainer.GRPOTrainer
 
 import reco  # noqa: E402

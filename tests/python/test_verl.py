@@ -7,24 +7,13 @@ verl's. Run with a python that has reco, torch, numpy, omegaconf, orjson and ver
 skipped (exit code 0, with a message) only when verl itself is not installed and RECO_REQUIRE_VERL
 is unset.
 """
-import importlib.util
 import math
-import os
 import re
-import sys
 import unittest
 
 import torch
 
-from standins import StandIns
-
-
-def _import_verl():
-    if importlib.util.find_spec("verl") is None:
-        return None
-    sys.meta_path.insert(0, StandIns({"ray", "tensordict", "transformers", "codetiming"}))
-    from verl.trainer.ppo import core_algos  # noqa: E402
-    return core_algos
+from standins import StandIns, import_peer_or_skip
 
 
 def _rollout_corr_helper():
@@ -32,12 +21,9 @@ def _rollout_corr_helper():
     return rollout_corr_helper
 
 
-core_algos = _import_verl()
-if core_algos is None:
-    if os.environ.get("RECO_REQUIRE_VERL"):
-        raise SystemExit("test_verl: verl is not installed (RECO_REQUIRE_VERL is set)")
-    print("test_verl: verl is not installed; skipped")
-    sys.exit(0)
+(core_algos,) = import_peer_or_skip("verl", ["verl.trainer.ppo.core_algos"],
+                                    StandIns({"ray", "tensordict", "transformers", "codetiming"}),
+                                    "test_verl", "RECO_REQUIRE_VERL")
 
 from omegaconf import OmegaConf  # noqa: E402
 
