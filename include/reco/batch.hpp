@@ -83,6 +83,9 @@ struct batch_view {
 
   span<const T> rewards;           // per response, for estimators that read rewards
   span<const T> advantages;        // per response, for reco::given_advantage
+  // per token instead of `advantages` (GAE, token baselines), for reco::given_advantage: A_t
+  // replaces the response's A_i in every per-token term (at most one of the two is given)
+  span<const T> token_advantages;
   span<const T> response_weights;  // per response, for reco::caller_weight
   // log-probs of the rollout policy (the inference engine) that sampled the batch; read only by
   // an expected-count weight with weight.sampling = rollout (given otherwise: an error)

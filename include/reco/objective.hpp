@@ -173,6 +173,7 @@ class objective {
                            needs_response_weights, has_entropy_gradient);
     if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
     detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
+    detail::validate_token_advantages(batch, Backend::host_accessible);
     return objective_algorithm<Backend, objective>::run(prepared(), backend, batch, grads, ws, norm);
   }
 
@@ -202,6 +203,7 @@ class objective {
                            needs_entropy, needs_response_weights, has_entropy_gradient);
     detail::validate_offsets_host(batch);
     detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), true);
+    detail::validate_token_advantages(batch, true);
     detail::require(detail::plan_fingerprint(*this, part.step, sizeof(T)) == plan.fingerprint(), "plan",
                     "was built for another step, objective or value type than this call");
     const detail::plan_call pc = plan.call_for(part.first_response, batch.layout.responses);

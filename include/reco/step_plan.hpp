@@ -473,6 +473,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
                   Obj::needs_response_weights);
   validate_offsets_host(batch);
   validate_rollout_logp(batch, weight_reads_rollout_logp(obj.weight), true);
+  validate_token_advantages(batch, true);
   const step_info& st = part.step;
   require(st.responses >= 0, "part.step.responses", "must be >= 0");
   require(std::isfinite(st.scale) && st.scale > 0, "part.step.scale", "must be finite and > 0");
@@ -501,8 +502,10 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       const token_scan t = scan(i);
       bits |= t.status;
-      const double x = input ? static_cast<double>(input[i]) : 0.0;
+      double x = input ? static_cast<double>(input[i]) : 0.0;
       if (input && !finite(x)) bits |= input_bit;
+      double m2 = 0;  // their mean (diagnostics): each call reads its own A_t
+      if (b.token_advantages) x = token_advantage_mean(b, i, &m2);
       const double w = given ? static_cast<double>(given[i]) : 1.0;
       if (given && !(finite(w) && w >= 0)) bits |= bad_response_weights;
       double* f = body + plan_fields * static_cast<std::size_t>(part.first_response + i);

@@ -72,7 +72,17 @@ void validate_inputs(const batch_view<T>& b, bool needs_rewards, bool needs_adva
   if (needs_entropy && b.entropy.empty() && N > 0)
     fail("batch.entropy", "is required by the token selector, the entropy-split clip or the entropy bonus");
   check_per_response(b.rewards, R, "batch.rewards", needs_rewards, "the advantage estimator");
-  check_per_response(b.advantages, R, "batch.advantages", needs_advantages, "reco::given_advantage");
+  check_per_token(b.token_advantages, N, "batch.token_advantages");
+  if (!b.token_advantages.empty()) {
+    require(needs_advantages, "batch.token_advantages",
+            "is read only by reco::given_advantage (reco::with_given_advantages(objective)); this objective's "
+            "estimator computes its own advantages");
+    require(b.advantages.empty(), "batch.token_advantages",
+            "give the advantages per response (batch.advantages) or per token (batch.token_advantages), not both");
+  }
+  // A batch without tokens reads no advantage (its per-token advantages would be empty too).
+  check_per_response(b.advantages, R, "batch.advantages", needs_advantages && b.token_advantages.empty() && N > 0,
+                     "reco::given_advantage (or give batch.token_advantages, one per token)");
   check_per_response(b.response_weights, R, "batch.response_weights", needs_response_weights,
                      "reco::caller_weight");
   require(b.group_offsets.size() >= 1, "batch.group_offsets", "needs P + 1 entries (at least {0})");
@@ -94,6 +104,23 @@ void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normali
           "counts must be >= 0 (0 = count locally)");
 }
 
+// Host values of a per-token input (offsets already checked): `ok` holds at every valid token, or
+// the error names the first one that fails.
+template <class T, class Ok>
+void check_valid_token_values(const batch_view<T>& b, const span<const T>& values, const char* name, Ok ok,
+                              const char* rule) {
+  token_layout L = b.layout;
+  L.tokens = b.logp.size();  // the accessors clamp into [0, tokens)
+  for (index_t i = 0; i < L.responses; ++i)
+    for (index_t t = L.begin(i); t < L.end(i); ++t) {
+      if (!b.mask.empty() && b.mask[t] == 0) continue;
+      const double x = static_cast<double>(values[t]);
+      if (!ok(x))
+        fail(name, "token " + std::to_string(t) + " (response " + std::to_string(i) + ", position " +
+                       std::to_string(t - L.begin(i)) + ") is " + std::to_string(x) + "; " + rule);
+    }
+}
+
 // batch.rollout_logp against the weight's switch (weight.sampling = rollout): given exactly when
 // the weight reads it, one entry per token, and (host_values: the data is readable here, after
 // the offsets were checked) finite and <= 0 at the valid tokens. The CUDA objectives do not read
@@ -113,17 +140,20 @@ void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_
   require(host_values, "batch.rollout_logp",
           "weight.sampling = rollout runs on the CPU backend only (the CUDA objectives do not read rollout "
           "log-probs yet)");
-  token_layout L = b.layout;
-  L.tokens = N;  // the accessors clamp into [0, tokens)
-  for (index_t i = 0; i < L.responses; ++i)
-    for (index_t t = L.begin(i); t < L.end(i); ++t) {
-      if (!b.mask.empty() && b.mask[t] == 0) continue;
-      const double x = static_cast<double>(b.rollout_logp[t]);
-      if (!(x <= 0 && x >= -DBL_MAX))
-        fail("batch.rollout_logp", "token " + std::to_string(t) + " (response " + std::to_string(i) + ", position " +
-                                       std::to_string(t - L.begin(i)) + ") is " + std::to_string(x) +
-                                       "; a valid token must be finite and <= 0");
-    }
+  check_valid_token_values(b, b.rollout_logp, "batch.rollout_logp", [](double x) { return x <= 0 && x >= -DBL_MAX; },
+                           "a valid token must be finite and <= 0");
+}
+
+// batch.token_advantages (sizes and who reads them: validate_inputs): finite at the valid tokens.
+// The CUDA objectives do not read them: there they are an error.
+template <class T>
+void validate_token_advantages(const batch_view<T>& b, bool host_values) {
+  if (b.token_advantages.empty()) return;
+  require(host_values, "batch.token_advantages",
+          "advantages per token run on the CPU backend only (the CUDA objectives read one advantage per "
+          "response)");
+  check_valid_token_values(b, b.token_advantages, "batch.token_advantages",
+                           [](double x) { return x - x == 0; }, "a valid token's advantage must be finite");
 }
 
 // Offsets in host memory: checked eagerly with the position of the first bad entry.

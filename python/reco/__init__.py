@@ -91,13 +91,18 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
                 token_weights: Optional[Tensor] = None, response_weights: Optional[Tensor] = None,
                 overrides: Optional[Dict[str, float]] = None, global_tokens: int = 0,
                 global_responses: int = 0, global_kept_tokens: int = 0, global_kept_responses: int = 0,
-                host_stats: bool = True, group_size: int = 0, rollout_logp: Optional[Tensor] = None) -> PolicyLoss:
+                host_stats: bool = True, group_size: int = 0, rollout_logp: Optional[Tensor] = None,
+                token_advantages: Optional[Tensor] = None) -> PolicyLoss:
     """The loss of one call of ``preset`` (with ``overrides``) on a batch.
 
     ``advantages`` (``[R]``) instead of ``rewards``: the preset's advantage estimator is replaced
     by the given values (verl, TRL), everything else unchanged. Groups are then needed only by a
     response weight that reads the group size (``reco``, ``dapo_reco``, ...): give
     ``group_offsets``, ``prompt_ids`` or ``group_size`` (equal groups of G responses).
+
+    ``token_advantages`` (like ``logp``, CPU) instead of ``advantages``: one advantage per token
+    (GAE's, verl's token baselines), read by every per-token term in place of the response's;
+    masked tokens are not read. Not both.
 
     ``global_*`` are the step's counts when a step is split by hand (0: count this call); a
     split step is better served by the step plan (``plan_summary`` / ``planned_policy_loss``).
@@ -111,7 +116,7 @@ def policy_loss(preset: str, logp: Tensor, *, old_logp: Optional[Tensor] = None,
     loss, stats = _ops.policy_loss(preset, logp, old_logp, ref_logp, entropy, mask, offsets, rewards,
                                    advantages, group_offsets, prompt_ids, token_weights, response_weights,
                                    overrides, global_tokens, global_responses, global_kept_tokens,
-                                   global_kept_responses, host_stats, group_size, rollout_logp)
+                                   global_kept_responses, host_stats, group_size, rollout_logp, token_advantages)
     return PolicyLoss(loss, stats)
 
 
@@ -132,8 +137,9 @@ def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequ
     group]; ``scale`` = the world size under DDP averaging (1 for a plain sum); ``inputs`` are the
     tensor keywords of ``policy_loss``."""
     rollout_logp = inputs.pop("rollout_logp", None)
+    token_advantages = inputs.pop("token_advantages", None)
     return _ops.plan_summary(preset, list(part), float(scale), list(summaries), logp, *_tensor_inputs(inputs),
-                             overrides, group_size, rollout_logp)
+                             overrides, group_size, rollout_logp, token_advantages)
 
 
 def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summaries: Sequence[Tensor], logp: Tensor,
@@ -142,8 +148,10 @@ def planned_policy_loss(preset: str, part: Sequence[int], scale: float, summarie
     """This micro-batch's share of the step's loss under the plan ``summaries`` give (see
     ``plan_summary``): the shares' sum over the step is one call on the whole step."""
     rollout_logp = inputs.pop("rollout_logp", None)
+    token_advantages = inputs.pop("token_advantages", None)
     loss, stats = _ops.planned_policy_loss(preset, list(part), float(scale), list(summaries), logp,
-                                           *_tensor_inputs(inputs), overrides, group_size, rollout_logp)
+                                           *_tensor_inputs(inputs), overrides, group_size, rollout_logp,
+                                           token_advantages)
     return PolicyLoss(loss, stats)
 
 
@@ -154,7 +162,8 @@ _TENSOR_INPUTS = ("old_logp", "ref_logp", "entropy", "mask", "offsets", "rewards
 def _tensor_inputs(inputs: Dict[str, Optional[Tensor]]) -> List[Optional[Tensor]]:
     unknown = sorted(set(inputs) - set(_TENSOR_INPUTS))
     if unknown:
-        raise TypeError(f"reco: unknown input(s) {unknown}; the inputs are {list(_TENSOR_INPUTS)}")
+        raise TypeError(f"reco: unknown input(s) {unknown}; the inputs are "
+                        f"{list(_TENSOR_INPUTS) + ['rollout_logp', 'token_advantages']}")
     return [inputs.get(k) for k in _TENSOR_INPUTS]
 
 

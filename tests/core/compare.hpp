@@ -146,8 +146,9 @@ void check_against_reference(const Obj& obj, const reco_ref::config& cfg, const 
 // are skipped; they must be rare.
 template <class Obj>
 void check_finite_differences(const Obj& obj, const reco_ref::config& cfg, const std::string& name, std::uint64_t seed,
-                              bool vectorise = true) {
+                              bool vectorise = true, bool token_advantages = false) {
   batch_spec spec;
+  spec.token_advantages = token_advantages;
   spec.groups = 4;
   spec.max_group = 5;
   spec.max_length = 9;

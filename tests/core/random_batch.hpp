@@ -28,6 +28,7 @@ struct batch_spec {
   bool binary_rewards = true;
   bool token_weights = false;
   bool response_weights = false;
+  bool token_advantages = false;  // advantages per token (N) instead of per response
 };
 
 struct master_batch {
@@ -38,6 +39,7 @@ struct master_batch {
   std::vector<double> logp, old_logp, ref_logp, entropy, token_weights;
   std::vector<std::uint8_t> mask;
   std::vector<double> rewards, advantages, response_weights;
+  std::vector<double> token_advantages;  // N, or empty
   std::vector<index_t> lengths;        // range length of each response (before masking)
 
   index_t begin(index_t i) const { return padded ? i * T : offsets[i]; }
@@ -113,6 +115,19 @@ inline master_batch make_batch(std::uint64_t seed, const batch_spec& spec) {
   }
   if (!spec.token_weights) b.token_weights.clear();
   if (!spec.response_weights) b.response_weights.clear();
+  if (spec.token_advantages) {
+    // From a stream of their own, so that every other input stays the batch of this seed. A
+    // response's values mostly share a sign (as GAE's do), with some zeros and sign changes.
+    std::mt19937_64 arng(seed ^ 0x7A3D5C1B2E4F6A89ull);
+    b.token_advantages.assign(N, 0.0);
+    for (index_t i = 0; i < b.R; ++i)
+      for (index_t t = b.begin(i); t < b.end(i); ++t) {
+        const double x = u01(arng);
+        b.token_advantages[static_cast<std::size_t>(t)] =
+            x < 0.1 ? 0.0 : b.advantages[static_cast<std::size_t>(i)] + 0.7 * gauss(arng);
+      }
+    b.advantages.clear();
+  }
   return b;
 }
 
@@ -120,14 +135,15 @@ inline master_batch make_batch(std::uint64_t seed, const batch_spec& spec) {
 template <class T>
 void round_to(master_batch& b) {
   for (auto* v : {&b.logp, &b.old_logp, &b.ref_logp, &b.entropy, &b.token_weights, &b.rewards, &b.advantages,
-                  &b.response_weights})
+                  &b.response_weights, &b.token_advantages})
     for (double& x : *v) x = static_cast<double>(static_cast<T>(x));
 }
 
 // Owning typed copies and a view for the library.
 template <class T>
 struct typed_batch {
-  std::vector<T> logp, old_logp, ref_logp, entropy, token_weights, rewards, advantages, response_weights;
+  std::vector<T> logp, old_logp, ref_logp, entropy, token_weights, rewards, advantages, response_weights,
+      token_advantages;
   std::vector<std::uint8_t> mask;
   std::vector<index_t> offsets, group_offsets;
   bool padded = false;
@@ -142,6 +158,7 @@ struct typed_batch {
         rewards(m.rewards.begin(), m.rewards.end()),
         advantages(m.advantages.begin(), m.advantages.end()),
         response_weights(m.response_weights.begin(), m.response_weights.end()),
+        token_advantages(m.token_advantages.begin(), m.token_advantages.end()),
         mask(m.mask),
         offsets(m.offsets),
         group_offsets(m.group_offsets),
@@ -162,6 +179,7 @@ struct typed_batch {
     v.rewards = rewards;
     v.advantages = advantages;
     v.response_weights = response_weights;
+    v.token_advantages = token_advantages;
     return v;
   }
 };
@@ -185,6 +203,7 @@ inline reco_ref::batch to_reference(const master_batch& m) {
   r.rewards = m.rewards;
   r.advantages = m.advantages;
   r.response_weights = m.response_weights;
+  r.token_advantages = m.token_advantages;
   r.group_offsets = m.group_offsets;
   return r;
 }

@@ -27,6 +27,7 @@
 #include "reco/clip/entropy_split_clip.hpp"
 #include "reco/entropy/entropy_bonus.hpp"
 #include "reco/presets.hpp"
+#include "reco/given_advantages.hpp"
 #include "reco/step_plan.hpp"
 #include "reco/weight/caller_weight.hpp"
 #include "reference/reco_ref.hpp"
@@ -56,6 +57,7 @@ master_batch slice(const master_batch& m, index_t a, index_t b, index_t& first_g
   s.ref_logp = tok(m.ref_logp);
   s.entropy = tok(m.entropy);
   s.token_weights = tok(m.token_weights);
+  s.token_advantages = tok(m.token_advantages);
   s.mask.assign(m.mask.begin() + t0, m.mask.begin() + t1);
   s.rewards = resp(m.rewards);
   s.advantages = resp(m.advantages);
@@ -673,6 +675,28 @@ TEST(StepPlan, SelectableAggregationEveryKind) {
 
 // ReCo's weight read from the rollout policy (weight.sampling = rollout) through the plan: the
 // summaries average rollout_logp as the one call does.
+// Advantages given per token: each part reads its own A_t, the step's counts and weights come
+// from the plan; the parts add up to one call on the whole step.
+TEST(StepPlan, TokenAdvantages) {
+  for (std::uint64_t seed : {71u, 72u}) {
+    reco_test::batch_spec spec;
+    spec.padded = seed % 2 == 0;
+    spec.groups = 6;
+    spec.max_group = 5;
+    spec.max_length = 9;
+    spec.token_advantages = true;
+    const master_batch m = reco_test::make_batch(seed, spec);
+    const auto reco_given = reco::with_given_advantages(reco::presets::reco{});
+    const auto dapo_given = reco::with_given_advantages(reco::presets::dapo{});
+    const auto whole_reco = reco_test::run_library<double>(reco_given, m);
+    const auto whole_dapo = reco_test::run_library<double>(dapo_given, m);
+    for (const auto& cuts : standard_cuts(m.R, seed)) {
+      expect_same<double>(run_split<double>(reco_given, m, cuts), whole_reco, "reco, token advantages");
+      expect_same<double>(run_split<double>(dapo_given, m, cuts), whole_dapo, "dapo, token advantages");
+    }
+  }
+}
+
 TEST(StepPlan, RecoWeightFromRolloutPolicy) {
   reco_test::batch_spec spec;
   const master_batch m = reco_test::make_batch(61, spec);

@@ -218,6 +218,81 @@ class VerlPeerPresets(unittest.TestCase):
         self.assertNotIn("verl_vanilla", reco.presets())  # presets() is the typed table
 
 
+def gae_batch(gen, groups=3, G=4, T=7):
+    """A ragged batch whose advantages are verl's own GAE (compute_gae_advantage_return, whitened
+    over the batch) from random values and a reward at each response's last token: one advantage
+    per token."""
+    old, new, _, mask = ragged_batch(gen, groups, G, T)
+    B = mask.shape[0]
+    lengths = mask.sum(1)
+    rewards = torch.zeros(B, T, dtype=torch.float64)
+    last = (lengths - 1).clamp(min=0)
+    rewards[torch.arange(B), last] = torch.randint(0, 2, (B,), generator=gen).double() * (lengths > 0)
+    values = torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.5
+    adv, _ = core_algos.compute_gae_advantage_return(rewards, values, mask.double(), gamma=torch.tensor(1.0),
+                                                     lam=torch.tensor(0.95))
+    return old, new, adv * mask, mask
+
+
+class VerlTokenAdvantages(unittest.TestCase):
+    """Per-token advantages (verl's GAE) through reco's token_advantages against verl's own losses,
+    which read advantages per token: vanilla (verl_vanilla, and the registered reco_dapo through
+    verl's registry), cispo (verl_cispo), and compute_policy_loss_reinforce (gpg)."""
+
+    @classmethod
+    def setUpClass(cls):
+        reco_verl.register(["dapo"], prefix="tokadv_")
+
+    def run_case(self, name, seed):
+        from verl.workers.config import ActorConfig
+
+        gen = torch.Generator().manual_seed(seed)
+        worst = 0.0
+        for _ in range(24):
+            old, new, adv, mask = gae_batch(gen)
+            new = (old + 2 * (new - old)).clamp(max=-1e-3)  # ratios beyond the caps
+            self.assertFalse(bool(((adv == adv[:, :1]) | ~mask).all()))  # not constant along responses
+            if name == "integration":
+                cfg = verl_config()
+                lv, gv, _ = loss_and_grad(core_algos.get_policy_loss_fn("vanilla"), old, new, adv, mask,
+                                          loss_agg_mode="token-mean", config=cfg)
+                lr, gr, _ = loss_and_grad(core_algos.get_policy_loss_fn("tokadv_dapo"), old, new, adv, mask,
+                                          loss_agg_mode="token-mean", config=cfg)
+            else:
+                cfg = ActorConfig(strategy="fsdp", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, rollout_n=4)
+                if name == "reinforce":
+                    x = new.clone().requires_grad_(True)
+                    lv, _ = core_algos.compute_policy_loss_reinforce(old, x, adv, mask, loss_agg_mode="token-mean",
+                                                                     config=cfg)
+                    lv.backward()
+                    lv, gv = lv.detach(), x.grad
+                else:
+                    lv, gv, _ = loss_and_grad(core_algos.get_policy_loss_fn(name), old, new, adv, mask,
+                                              loss_agg_mode="token-mean", config=cfg)
+                preset = {"vanilla": "verl_vanilla", "cispo": "verl_cispo", "reinforce": "gpg"}[name]
+                x = new.clone().requires_grad_(True)
+                out = reco.policy_loss(preset, x, old_logp=old, mask=mask, token_advantages=adv)
+                out.loss.backward()
+                lr, gr = out.loss.detach(), x.grad
+            worst = max(worst, abs(lv - lr).item() / max(1e-300, abs(lv).item()))
+            self.assertLessEqual(abs(lv - lr).item(), 1e-12 * max(1.0, abs(lv).item()), name)
+            self.assertLessEqual((gv - gr).abs().max().item(), 1e-12 * max(1.0, gv.abs().max().item()), name)
+            self.assertEqual((gr[~mask] != 0).sum().item(), 0)
+        print(f"test_verl: per-token (GAE) advantages, {name}, 24 batches: max relative loss difference {worst:.1e}")
+
+    def test_vanilla(self):
+        self.run_case("vanilla", 41)
+
+    def test_cispo(self):
+        self.run_case("cispo", 42)
+
+    def test_reinforce(self):
+        self.run_case("reinforce", 43)
+
+    def test_through_the_registered_loss(self):
+        self.run_case("integration", 44)
+
+
 class VerlBypassMode(unittest.TestCase):
     """verl's loss_mode "bypass_mode" (old_log_prob = the rollout engine's log-probs) against its
     reco spelling. verl's bypass function wraps its pieces in a DataProto (tensordict, stood in

@@ -112,7 +112,12 @@ layout describe(const batch& b, const config& c) {
   require(b.mask.empty() || b.mask.size() == N, "mask must be empty or have N entries");
   require(b.token_weights.empty() || b.token_weights.size() == N,
           "token_weights must be empty or have N entries");
-  if (c.adv == advantage::given) {
+  require(b.token_advantages.empty() || (c.adv == advantage::given && b.advantages.empty() &&
+                                          b.token_advantages.size() == N),
+          "token_advantages: N entries, with advantage::given and without batch.advantages");
+  if (c.adv == advantage::given && !b.token_advantages.empty()) {
+    require(b.rewards.empty() || b.rewards.size() == R, "rewards must be empty or have R entries");
+  } else if (c.adv == advantage::given) {
     require(b.advantages.size() == R, "advantage::given needs batch.advantages (R entries)");
     require(b.rewards.empty() || b.rewards.size() == R, "rewards must be empty or have R entries");
   } else {
@@ -183,6 +188,20 @@ std::vector<double> group_rewards(const batch& b, i64 g) {
 }
 
 std::vector<double> advantages_of(const batch& b, const config& c, const layout& lay) {
+  if (c.adv == advantage::given && !b.token_advantages.empty()) {
+    // Per token: the response's value is their mean over its valid tokens (reported only).
+    std::vector<double> A(at(lay.R), 0.0);
+    for (i64 i = 0; i < lay.R; ++i) {
+      double s = 0, n = 0;
+      for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t)
+        if (lay.valid[at(t)]) {
+          s += b.token_advantages[at(t)];
+          n += 1;
+        }
+      A[at(i)] = n > 0 ? s / n : 0.0;
+    }
+    return A;
+  }
   if (c.adv == advantage::given) return b.advantages;
 
   // Group stage.
@@ -789,7 +808,7 @@ std::vector<std::uint8_t> cov_selected_of(const batch& b, const config& c, const
     for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t)
       if (lay.valid[at(t)]) {
         n += 1;
-        sa += adv[at(i)];
+        sa += b.token_advantages.empty() ? adv[at(i)] : b.token_advantages[at(t)];
         sl += frozen[at(t)];
       }
   if (n == 0) return sel;
@@ -804,7 +823,7 @@ std::vector<std::uint8_t> cov_selected_of(const batch& b, const config& c, const
   for (i64 i = 0; i < lay.R; ++i)
     for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
       if (!lay.valid[at(t)]) continue;
-      const double A = adv[at(i)];
+      const double A = b.token_advantages.empty() ? adv[at(i)] : b.token_advantages[at(t)];
       const double cov = (A - ma) * (frozen[at(t)] - ml);
       if (c.select == selection::cov_clip) {
         bool unused = true;
@@ -873,7 +892,9 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
   for (i64 i = 0; i < lay.R; ++i) {
     const i64 begin = b.token_begin[at(i)], end = b.token_end[at(i)];
     if (lay.length[at(i)] == 0) continue;
-    const double A = out.advantages[at(i)];
+    const double A_i = out.advantages[at(i)];
+    // The advantage of token t: A_i, or A_t when given per token.
+    auto adv_at = [&](i64 t) { return b.token_advantages.empty() ? A_i : b.token_advantages[at(t)]; };
     const double w = out.weights[at(i)];
     const double n_i = static_cast<double>(lay.length[at(i)]);
 
@@ -885,7 +906,7 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
       for (i64 t = begin; t < end; ++t) {
         if (!lay.valid[at(t)]) continue;
         const double l = frozen[at(t)] - b.old_logp[at(t)];
-        s += c.ratio_form == ratio::sequence ? l : gmpo_log(l, A, c);
+        s += c.ratio_form == ratio::sequence ? l : gmpo_log(l, adv_at(t), c);
       }
       seq_log = s / n_i;
     } else if (c.ratio_form == ratio::vespo) {
@@ -912,6 +933,7 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
     for (i64 t = begin; t < end; ++t) {
       if (!lay.valid[at(t)]) continue;
       const double lp = logp[at(t)];
+      const double A = adv_at(t);
 
       // Policy term (policy tokens only).
       if (out.kept[at(t)]) {
@@ -1004,13 +1026,17 @@ output compute(const batch& b, const config& c, const std::vector<double>& logp,
   out.kept_frac = ratio_or_zero(n_policy, n_valid);
   for (int third = 0; third < 3; ++third) out.token_variance[third] = ratio_or_zero(sum_var[third], n_var[third]);
 
-  // Advantage mean and population std over valid tokens (each carries its response's A_i).
+  // Advantage mean and population std over valid tokens (each carries its A_t: its response's
+  // A_i unless given per token).
   out.advantage_mean = ratio_or_zero(sum_adv, n_valid);
   double ss_adv = 0;
-  for (i64 i = 0; i < lay.R; ++i) {
-    const double dev = out.advantages[at(i)] - out.advantage_mean;
-    ss_adv += static_cast<double>(lay.length[at(i)]) * dev * dev;
-  }
+  for (i64 i = 0; i < lay.R; ++i)
+    for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t) {
+      if (!lay.valid[at(t)]) continue;
+      const double dev =
+          (b.token_advantages.empty() ? out.advantages[at(i)] : b.token_advantages[at(t)]) - out.advantage_mean;
+      ss_adv += dev * dev;
+    }
   out.advantage_std = std::sqrt(ratio_or_zero(ss_adv, n_valid));
 
   // Weight diagnostics over non-empty responses.

@@ -97,6 +97,8 @@ struct batch {  // R responses, N tokens, P groups
   std::vector<std::uint8_t> mask;               // N or empty (= every token in range valid)
   std::vector<double> token_weights;            // N or empty
   std::vector<double> rewards, advantages, response_weights;  // R each (last two may be empty)
+  // advantage::given per token (N entries) instead of `advantages`: A_t in place of A_i at token t
+  std::vector<double> token_advantages;
   std::vector<std::int64_t> group_offsets;      // P + 1
 };
 

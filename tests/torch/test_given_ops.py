@@ -79,7 +79,7 @@ def assert_same(test, got, want, rel=1e-12, what=""):
 # ---- plain-torch formulas of two presets with given advantages --------------------------------
 
 def ppo_surrogate(ratio, adv, eps_low, eps_high, dual_c):
-    a = adv.unsqueeze(1)
+    a = adv if adv.dim() == 2 else adv.unsqueeze(1)  # per token, or per response broadcast
     pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - eps_low, 1 + eps_high))
     return torch.where(a < 0, torch.minimum(pg, -a * dual_c), pg)
 
@@ -184,6 +184,99 @@ class GivenAdvantages(unittest.TestCase):
             total_loss += loss.item()
             grads.append(t["logp"].grad)
         assert_same(self, (total_loss, None, torch.cat(grads)), whole, 1e-12, "split step")
+
+
+def token_advantages_of(b, seed):
+    """Per-token advantages (GAE-like: around the response's value, some exact zeros); 0 outside
+    the mask, where they are not read."""
+    g = torch.Generator().manual_seed(seed)
+    a = b["adv"].unsqueeze(1) + 0.7 * torch.randn(b["logp"].shape, generator=g, dtype=torch.float64)
+    a = torch.where(torch.rand(b["logp"].shape, generator=g) < 0.1, torch.zeros_like(a), a)
+    return a * b["maskf"]
+
+
+class TokenAdvantages(unittest.TestCase):
+    """token_advantages= (one per token, like logp) in place of advantages=."""
+
+    def test_against_formulas(self):
+        for seed in (14, 15):
+            b = make_batch(seed)
+            ta = token_advantages_of(b, seed)
+            for preset, fn in (("dapo", lambda lp: dapo_given(b, lp, ta)),
+                               ("dapo_reco", lambda lp: dapo_reco_given(b, lp, ta, b["G"]))):
+                logp = b["logp"].detach().clone().requires_grad_(True)
+                want = fn(logp)
+                want.backward()
+                groups = {"group_size": b["G"]} if preset in G_PRESETS else {}
+                got = call(preset, b, token_advantages=ta, **groups)
+                assert_same(self, got, (want.item(), None, logp.grad), 1e-10, f"{preset} seed {seed}")
+                self.assertEqual(got[2][~b["mask"]].abs().sum().item(), 0.0)
+
+    def test_constant_along_each_response_is_the_per_response_call(self):
+        for preset in reco.presets():
+            b = make_batch(16)
+            groups = {"group_offsets": b["group_offsets"]} if preset in G_PRESETS else {}
+            per_response = call(preset, b, advantages=b["adv"], **groups)
+            broadcast = b["adv"].unsqueeze(1).expand_as(b["logp"]).contiguous()
+            assert_same(self, call(preset, b, token_advantages=broadcast, **groups), per_response, 1e-12, preset)
+
+    def test_split_step(self):
+        b = make_batch(17)
+        ta = token_advantages_of(b, 17)
+        whole = call("reco", b, token_advantages=ta, group_size=b["G"])
+        R, G = b["R"], b["G"]
+        cuts = [(0, 8), (8, 12), (12, R)]
+        parts = [[12, R, a, a // G] for a, _ in cuts]
+        tensors = [dict(logp=b["logp"][a:e].detach().clone().requires_grad_(True), old_logp=b["old"][a:e],
+                        ref_logp=b["ref"][a:e], mask=b["mask"][a:e], token_advantages=ta[a:e]) for a, e in cuts]
+        summaries = []
+        while True:
+            s = sum(reco_py_plan_summary(p, t, G, summaries) for p, t in zip(parts, tensors))
+            if s.numel() == 0:
+                break
+            summaries.append(s)
+        total_loss, grads = 0.0, []
+        for p, t in zip(parts, tensors):
+            loss, _ = reco.planned_policy_loss("reco", p, 1.0, summaries, t["logp"], old_logp=t["old_logp"],
+                                               ref_logp=t["ref_logp"], mask=t["mask"], group_size=G,
+                                               token_advantages=t["token_advantages"])
+            loss.backward()
+            total_loss += loss.item()
+            grads.append(t["logp"].grad)
+        assert_same(self, (total_loss, None, torch.cat(grads)), whole, 1e-12, "split step, token advantages")
+
+    def test_errors_name_the_argument(self):
+        b = make_batch(18)
+        ta = token_advantages_of(b, 18)
+        bad = ta.clone()
+        bad[3, 0] = float("nan")  # response 3 has a valid first token
+        cases = [
+            ("token_advantages: give the advantages per response .*or per token",
+             dict(preset="dapo", advantages=b["adv"], token_advantages=ta)),
+            ("token_advantages: preset 'grpo' computes advantages from rewards",
+             dict(preset="grpo", rewards=b["rewards"], token_advantages=ta, group_offsets=b["group_offsets"],
+                  ref_logp=b["ref"])),
+            ("token_advantages: has shape \\[20\\]",
+             dict(preset="dapo", token_advantages=b["adv"])),
+            ("token_advantages: token 30 \\(response 3, position 0\\) is -?nan",
+             dict(preset="dapo", token_advantages=bad)),
+            ("advantages: has shape \\[20, 10\\] \\(the shape of logp\\).*token_advantages",
+             dict(preset="dapo", advantages=ta)),
+        ]
+        self.assertTrue(bool(b["mask"][3, 0]))
+        for pattern, kw in cases:
+            preset = kw.pop("preset")
+            with self.assertRaisesRegex(Exception, pattern, msg=pattern):
+                call(preset, b, **kw)
+        # NaN at a masked token is not read.
+        masked = ta.clone()
+        masked[2, 0] = float("nan")  # response 2 is empty
+        assert_same(self, call("dapo", b, token_advantages=masked), call("dapo", b, token_advantages=ta), 0, "masked")
+
+
+def reco_py_plan_summary(part, t, G, summaries):
+    return reco.plan_summary("reco", part, 1.0, summaries, t["logp"], old_logp=t["old_logp"], ref_logp=t["ref_logp"],
+                             mask=t["mask"], group_size=G, token_advantages=t["token_advantages"])
 
 
 def k3(logp, ref_logp):

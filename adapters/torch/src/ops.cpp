@@ -6,8 +6,8 @@
 //                                            overrides={"clip.eps_high": 0.28})
 //   logp, entropy = torch.ops.reco.token_logp_entropy(logits, tokens, 0.7)
 //
-// Given advantages (verl, TRL): advantages=[R] instead of rewards=; the preset's estimator is
-// replaced by them. A preset whose response weight reads G (reco, ...) also needs group_offsets,
+// Given advantages (verl, TRL): advantages=[R] (or token_advantages= shaped like logp, one per
+// token: GAE's) instead of rewards=; the preset's estimator is replaced by them. A preset whose response weight reads G (reco, ...) also needs group_offsets,
 // prompt_ids or group_size=G.
 //
 // Split steps (docs/distributed.md): plan_summary(preset, part, scale, summaries, tensors...)
@@ -38,7 +38,8 @@ reco::torch::policy_inputs inputs_of(
     const c10::optional<at::Tensor>& offsets, const c10::optional<at::Tensor>& rewards,
     const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
     const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
-    const c10::optional<at::Tensor>& response_weights, const c10::optional<at::Tensor>& rollout_logp) {
+    const c10::optional<at::Tensor>& response_weights, const c10::optional<at::Tensor>& rollout_logp,
+    const c10::optional<at::Tensor>& token_advantages) {
   reco::torch::policy_inputs in;
   in.logp = logp;
   in.old_logp = or_undefined(old_logp);
@@ -53,6 +54,7 @@ reco::torch::policy_inputs inputs_of(
   in.token_weights = or_undefined(token_weights);
   in.response_weights = or_undefined(response_weights);
   in.rollout_logp = or_undefined(rollout_logp);
+  in.token_advantages = or_undefined(token_advantages);
   return in;
 }
 
@@ -72,9 +74,10 @@ std::tuple<at::Tensor, at::Tensor> policy_loss_op(
     const c10::optional<at::Tensor>& token_weights, const c10::optional<at::Tensor>& response_weights,
     const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t global_tokens, int64_t global_responses,
     int64_t global_kept_tokens, int64_t global_kept_responses, bool host_stats, int64_t group_size,
-    const c10::optional<at::Tensor>& rollout_logp) {
-  reco::torch::policy_inputs in = inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages,
-                                            group_offsets, prompt_ids, token_weights, response_weights, rollout_logp);
+    const c10::optional<at::Tensor>& rollout_logp, const c10::optional<at::Tensor>& token_advantages) {
+  reco::torch::policy_inputs in =
+      inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
+                token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
   in.normalisers.tokens = global_tokens;
   in.normalisers.responses = global_responses;
@@ -112,10 +115,11 @@ at::Tensor plan_summary_op(const std::string& preset, const std::vector<int64_t>
                            const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
                            const c10::optional<at::Tensor>& response_weights,
                            const c10::optional<c10::Dict<std::string, double>>& overrides, int64_t group_size,
-                           const c10::optional<at::Tensor>& rollout_logp) {
+                           const c10::optional<at::Tensor>& rollout_logp,
+                           const c10::optional<at::Tensor>& token_advantages) {
   reco::torch::policy_inputs in =
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
-                token_weights, response_weights, rollout_logp);
+                token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
   return reco::torch::plan_summary(preset, overrides_of(overrides), part_of(part, scale), in, summaries);
 }
@@ -128,10 +132,11 @@ std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
     const c10::optional<at::Tensor>& advantages, const c10::optional<at::Tensor>& group_offsets,
     const c10::optional<at::Tensor>& prompt_ids, const c10::optional<at::Tensor>& token_weights,
     const c10::optional<at::Tensor>& response_weights, const c10::optional<c10::Dict<std::string, double>>& overrides,
-    int64_t group_size, const c10::optional<at::Tensor>& rollout_logp) {
+    int64_t group_size, const c10::optional<at::Tensor>& rollout_logp,
+    const c10::optional<at::Tensor>& token_advantages) {
   reco::torch::policy_inputs in =
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
-                token_weights, response_weights, rollout_logp);
+                token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
   reco::torch::policy_output out =
       reco::torch::policy_loss(preset, in, overrides_of(overrides), part_of(part, scale), summaries);
@@ -166,20 +171,20 @@ TORCH_LIBRARY(reco, m) {
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
       "Tensor? response_weights=None, Dict(str, float)? overrides=None, int global_tokens=0, "
       "int global_responses=0, int global_kept_tokens=0, int global_kept_responses=0, bool host_stats=True, "
-      "int group_size=0, Tensor? rollout_logp=None) "
+      "int group_size=0, Tensor? rollout_logp=None, Tensor? token_advantages=None) "
       "-> (Tensor, Tensor)",
       &policy_loss_op);
   m.def("plan_summary(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
       "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
       "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0, "
-      "Tensor? rollout_logp=None) -> Tensor",
+      "Tensor? rollout_logp=None, Tensor? token_advantages=None) -> Tensor",
         &plan_summary_op);
   m.def("planned_policy_loss(str preset, int[] part, float scale, Tensor[] summaries, Tensor logp, Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? entropy=None, "
       "Tensor? mask=None, Tensor? offsets=None, Tensor? rewards=None, Tensor? advantages=None, "
       "Tensor? group_offsets=None, Tensor? prompt_ids=None, Tensor? token_weights=None, "
       "Tensor? response_weights=None, Dict(str, float)? overrides=None, int group_size=0, "
-      "Tensor? rollout_logp=None) -> (Tensor, Tensor)",
+      "Tensor? rollout_logp=None, Tensor? token_advantages=None) -> (Tensor, Tensor)",
         &planned_policy_loss_op);
   m.def("token_logp_entropy(Tensor logits, Tensor tokens, float temperature=1.0, Tensor? row_mask=None) "
         "-> (Tensor, Tensor)",

@@ -289,8 +289,16 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
          who + (needs.rewards ? " computes advantages from rewards" : " takes its advantages from the advantages input") +
              "; give either rewards or advantages (which replace a preset's advantage estimator), not both rewards "
              "and advantages");
+  if (in.rewards.defined() && in.token_advantages.defined())
+    fail(needs.rewards ? "token_advantages" : "rewards",
+         who + (needs.rewards ? " computes advantages from rewards" : " takes its advantages per token") +
+             "; give either rewards or token_advantages, not both");
+  if (in.advantages.defined() && in.token_advantages.defined())
+    fail("token_advantages", "give the advantages per response (advantages) or per token (token_advantages), not "
+                             "both");
   if (needs.rewards && !in.rewards.defined()) fail("rewards", "is required by this objective's advantage estimator");
-  if (needs.advantages && !in.advantages.defined()) fail("advantages", "is required by reco::given_advantage");
+  if (needs.advantages && !in.advantages.defined() && !in.token_advantages.defined())
+    fail("advantages", "is required by reco::given_advantage (or token_advantages, one per token)");
   if (needs.ref_logp && !in.ref_logp.defined()) fail("ref_logp", "is required by the KL term");
   if (needs.entropy && !in.entropy.defined())
     fail("entropy", "is required by this objective (token selector, entropy-split clip or entropy bonus)");
@@ -299,6 +307,11 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   // Inputs the objective never reads are errors: their values would be silently ignored.
   if (in.advantages.defined() && !needs.advantages)
     fail("advantages", who + " computes advantages from rewards; it does not read this input");
+  if (in.token_advantages.defined() && !needs.advantages)
+    fail("token_advantages", who + " computes advantages from rewards; it does not read this input");
+  if (in.token_advantages.defined() && device.is_cuda())
+    fail("token_advantages", "advantages per token run on CPU tensors only in this version (the CUDA objectives "
+                             "read one advantage per response)");
   if (in.rewards.defined() && !needs.rewards)
     fail("rewards", who + " takes its advantages from the advantages input (reco::given_advantage); it does not "
                           "read this input");
@@ -313,7 +326,11 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   const at::Tensor ent = token_input(in.entropy, "entropy", logp, ct);
   const at::Tensor tw = token_input(in.token_weights, "token_weights", logp, ct);
   const at::Tensor roll_lp = token_input(in.rollout_logp, "rollout_logp", logp, ct);
+  const at::Tensor tok_adv = token_input(in.token_advantages, "token_advantages", logp, ct);
   const at::Tensor rewards = response_input(in.rewards, "rewards", R, device, ct);
+  if (in.advantages.defined() && logp.dim() == 2 && in.advantages.sizes() == logp.sizes())
+    fail("advantages", "has shape " + shape_of(in.advantages) + " (the shape of logp): one advantage per token "
+                           "goes in token_advantages; advantages takes one per response [" + std::to_string(R) + "]");
   const at::Tensor adv = response_input(in.advantages, "advantages", R, device, ct);
   const at::Tensor rw = response_input(in.response_weights, "response_weights", R, device, ct);
 
@@ -402,7 +419,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     if (needs.entropy_gradient) c.grad_entropy = at::empty({N}, opts);
   }
 
-  c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups, roll_lp};
+  c.keep = {lp, old_lp, ref_lp, ent, tw, rewards, adv, rw, mask, offsets, groups, roll_lp, tok_adv};
   auto fill = [&](auto tag, auto& batch, auto& grads) {
     using T = decltype(tag);
     batch.layout = packed ? reco::packed(span<const index_t>(offsets.data_ptr<index_t>(), offsets.numel()))
@@ -416,6 +433,7 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     batch.rollout_logp = view_of<T>(roll_lp);
     batch.rewards = view_of<T>(rewards);
     batch.advantages = view_of<T>(adv);
+    batch.token_advantages = view_of<T>(tok_adv);
     batch.response_weights = view_of<T>(rw);
     if (mask.defined()) batch.mask = span<const std::uint8_t>(static_cast<const std::uint8_t*>(mask.data_ptr()), N);
     if (c.grad_logp.defined()) grads.logp = span<T>(c.grad_logp.data_ptr<T>(), N);
@@ -516,7 +534,7 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides) {
   // Advantages given: the preset's estimator is replaced by them (rewards too is an error, below).
-  const bool given = in.advantages.defined() && !in.rewards.defined();
+  const bool given = in.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
   const detail::runner cpu = [&](const detail::run_request& q, objective_result& out) {
     detail::run_preset_cpu(preset, overrides, given, q, out);

@@ -196,7 +196,7 @@ planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group
   // Given advantages in any micro-batch: the preset's given-advantage form for the whole step (a
   // micro-batch without them is then named as missing its advantages).
   bool given = false;
-  for (const policy_inputs& mb : micro_batches) given = given || (mb.advantages.defined() && !mb.rewards.defined());
+  for (const policy_inputs& mb : micro_batches) given = given || mb.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
   return detail::build_step_plan_impl(group, needs, detail::preset_plan_ops(preset, overrides, given),
                                       detail::config_digest(preset, overrides), micro_batches, options);
@@ -226,7 +226,7 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
 
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed) {
-  const bool given = in.advantages.defined() && !in.rewards.defined();
+  const bool given = in.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
   const detail::plan_ops ops = detail::preset_plan_ops(preset, overrides, given);
   reco::step_part part = part_in;
@@ -250,7 +250,7 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
   planned_step plan;
-  const bool given = in.advantages.defined() && !in.rewards.defined();
+  const bool given = in.gives_advantages();
   plan.plan = detail::plan_from_summaries(detail::preset_plan_ops(preset, overrides, given), part.step, summed);
   plan.parts = {part};
   return policy_loss(preset, in, overrides, plan, 0);

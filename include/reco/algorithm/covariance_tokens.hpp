@@ -44,13 +44,14 @@ index_t covariance_select(const Obj& obj, const batch_pointers<T>& b, const resp
   const index_t N = L.tokens;
   std::fill(flags, flags + N, std::uint8_t(0));
 
-  // Means over the valid tokens (advantage broadcast to every token of its response).
+  // Means over the valid tokens (a response's advantage broadcast to its tokens unless given per
+  // token).
   double n = 0, sum_a = 0, sum_l = 0;
   for (index_t i = 0; i < L.responses; ++i)
     for (index_t t = L.begin(i); t < L.end(i); ++t)
       if (b.valid(t)) {
         n += 1;
-        sum_a += r.adv[i];
+        sum_a += b.advantage_at(t, r.adv[i]);
         sum_l += static_cast<double>(b.logp[t]);
       }
   if (n == 0) return 0;
@@ -67,9 +68,9 @@ index_t covariance_select(const Obj& obj, const batch_pointers<T>& b, const resp
   cand.reserve(static_cast<std::size_t>(n));
   const double limit = obj.ratio.params.log_ratio_clamp;
   for (index_t i = 0; i < L.responses; ++i) {
-    const double a = r.adv[i];
     for (index_t t = L.begin(i); t < L.end(i); ++t) {
       if (!b.valid(t)) continue;
+      const double a = b.advantage_at(t, r.adv[i]);
       const double logp = static_cast<double>(b.logp[t]);
       const double cov = (a - mean_a) * (logp - mean_l);
       if (p.mode == covariance_mode::clip) {

@@ -21,7 +21,8 @@ struct response_scratch {
   index_t* first = nullptr;      // first / last valid position (absolute token index)
   index_t* last = nullptr;
   double* old_mean = nullptr;    // mean old_logp over valid tokens
-  double* adv = nullptr;         // A_i
+  double* adv = nullptr;         // A_i (given per token: their mean over the valid tokens)
+  double* adv_m2 = nullptr;      // given per token: sum of (A_t - A_i)^2 over the valid tokens
   double* weight = nullptr;      // w_i
   double* log_weight = nullptr;  // log of w_i after the cap (batch-mean normalisation in log space)
   double* seq_log = nullptr;     // sequence log-ratio (sequence-scope ratios)

@@ -34,10 +34,15 @@ struct batch_pointers {
   const T* token_weights = nullptr;
   const T* rewards = nullptr;
   const T* advantages = nullptr;
+  const T* token_advantages = nullptr;  // given: A_t replaces the response's advantage per token
   const T* response_weights = nullptr;
   const T* rollout_logp = nullptr;  // given only when the weight averages it instead of old_logp
 
   RECO_HOST_DEVICE bool valid(index_t t) const { return mask == nullptr || mask[t] != 0; }
+  // The advantage of token t of a response whose advantage is `response`.
+  RECO_HOST_DEVICE double advantage_at(index_t t, double response) const {
+    return token_advantages ? static_cast<double>(token_advantages[t]) : response;
+  }
 };
 
 template <class T>
@@ -56,6 +61,7 @@ batch_pointers<T> pointers_of(const batch_view<T>& b) {
   p.token_weights = opt(b.token_weights);
   p.rewards = opt(b.rewards);
   p.advantages = opt(b.advantages);
+  p.token_advantages = opt(b.token_advantages);
   p.response_weights = opt(b.response_weights);
   p.rollout_logp = opt(b.rollout_logp);
   return p;
@@ -283,6 +289,43 @@ void throw_data_error(const batch_pointers<T>& b, std::uint32_t status) {
   }
 }
 
+// Advantages given per token, response i: their mean over the valid tokens, and in *m2 the sum of
+// squared deviations from it (the diagnostics' token-weighted moments).
+template <class T>
+RECO_HOST_DEVICE double token_advantage_mean(const batch_pointers<T>& b, index_t i, double* m2) {
+  *m2 = 0;
+  if (b.token_advantages == nullptr) return 0;  // no token at all: no advantage was needed
+  const index_t begin = b.layout.begin(i), end = b.layout.end(i);
+  double sum = 0, n = 0;
+  for (index_t t = begin; t < end; ++t)
+    if (b.valid(t)) {
+      sum += static_cast<double>(b.token_advantages[t]);
+      n += 1;
+    }
+  const double mean = n > 0 ? sum / n : 0.0;
+  double ss = 0;
+  for (index_t t = begin; t < end; ++t)
+    if (b.valid(t)) {
+      const double d = static_cast<double>(b.token_advantages[t]) - mean;
+      ss += d * d;
+    }
+  *m2 = ss;
+  return mean;
+}
+
+// Per response, for advantages given per token: A_i and its moments (token_advantage_mean).
+// Nothing else reads A_i then: every per-token term reads A_t (batch_pointers::advantage_at).
+template <class T>
+struct token_advantage_moments_fn {
+  batch_pointers<T> b;
+  response_scratch r;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    double m2 = 0;
+    r.adv[i] = token_advantage_mean(b, i, &m2);
+    if (r.adv_m2) r.adv_m2[i] = m2;
+  }
+};
+
 // Pass 2, per group: group offsets, the estimator's group stage, raw capped weights and the
 // group-mean weight normalisation.
 template <class Obj, class T>
@@ -308,7 +351,9 @@ struct group_fn {
     const T* input = adv_t::input == advantage_input::rewards ? b.rewards : b.advantages;
     // "All rewards equal" holds vacuously for an empty group and trivially for a singleton.
     std::uint8_t zero_std = adv_t::input == advantage_input::rewards ? 1 : 0;
-    if (size > 0) {
+    // Advantages given per token (or none, for a batch without tokens): A_i was set by
+    // token_advantage_moments_fn.
+    if (size > 0 && input != nullptr) {
       group_input<T> gi{size, input + lo, r.length + lo};
       obj.advantage.group(gi, r.adv + lo, st);
       if (adv_t::input == advantage_input::rewards)
@@ -451,9 +496,9 @@ struct sequence_fn {
     const index_t begin = b.layout.begin(i), end = b.layout.end(i);
     double sum = 0;
     token_context c;
-    c.advantage = r.adv[i];
     for (index_t t = begin; t < end; ++t) {
       if (!b.valid(t)) continue;
+      c.advantage = b.advantage_at(t, r.adv[i]);
       c.logp = static_cast<double>(b.logp[t]);
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
       sum += obj.ratio.sequence_term(c);
@@ -500,6 +545,7 @@ struct response_partial_fn {
       p.cap_hits = r.capped[i];
     }
     p.adv = moments::of(r.adv[i], static_cast<double>(r.length[i]));
+    if (r.adv_m2 && r.length[i] > 0) p.adv.m2 = r.adv_m2[i];
     return p;
   }
 };

@@ -62,6 +62,7 @@ struct objective_scratch {
       tie_rank = c.take<index_t>(N + 1);
     }
     if constexpr (Obj::selector_type::active || Obj::clip_type::needs_entropy_quantile) keys = c.take<double>(N);
+    if constexpr (Obj::advantage_type::input == advantage_input::advantages) r.adv_m2 = c.take<double>(R);
     if constexpr (Obj::ratio_type::scope == ratio_scope::sequence) r.seq_log = c.take<double>(R);
     if constexpr (Obj::clip_type::needs_entropy_quantile) r.entropy_q = c.take<double>(R);
   }
@@ -98,6 +99,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   sc.template carve<Objective>(cut, R, P, N);
   objective_scalars* s = sc.scalars;
   response_scratch r = sc.r;
+  if (!b.token_advantages) r.adv_m2 = nullptr;  // read only for advantages given per token
 
   using adv_t = typename Objective::advantage_type;
   constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
@@ -105,11 +107,13 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   checks.ref = Objective::kl_type::active;
   checks.entropy = Objective::needs_entropy;
   checks.rewards = reads_rewards;
-  checks.advantages = !reads_rewards;
+  checks.advantages = !reads_rewards && b.advantages;
   checks.response_weights = Objective::weight_type::reads_response_weights;
 
   be.for_each(1, init_scalars_fn{s});
   be.for_each(R, scan_response_fn<T>{b, checks, r});
+  // Advantages given per token, or not given because the batch has no token.
+  if (!reads_rewards && !b.advantages) be.for_each(R, token_advantage_moments_fn<T>{b, r});
   if (plan != nullptr) {
     // A call of a split step: advantages and weights were computed over the whole step.
     if constexpr (Backend::host_accessible) {
@@ -118,7 +122,8 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
           fail("plan", "does not match this call's data: response " + std::to_string(i) + " has " +
                            std::to_string(r.length[i]) + " valid tokens, the plan counted " +
                            std::to_string(plan->length[i]) + " (a plan from another step or part?)");
-        r.adv[i] = plan->advantage[i];
+        // Advantages given per token are this call's own (the estimator is the identity).
+        if (b.advantages || reads_rewards) r.adv[i] = plan->advantage[i];
         r.weight[i] = plan->weight[i];
         r.capped[i] = plan->capped[i];
       }

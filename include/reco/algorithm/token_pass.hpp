@@ -136,7 +136,7 @@ struct token_fn {
       c.logp = static_cast<double>(b.logp[t]);
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
       c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
-      c.advantage = adv;
+      c.advantage = b.advantage_at(t, adv);
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
       const bool keep = kept == nullptr || kept[t];
@@ -151,8 +151,8 @@ struct token_fn {
         p.policy_tokens += 1;
         if (k.clipped) {
           p.clipped += 1;
-          if (adv < 0) p.clip_low += 1;
-          if (adv > 0) p.clip_high += 1;
+          if (c.advantage < 0) p.clip_low += 1;
+          if (c.advantage > 0) p.clip_high += 1;
         }
         if (k.dual) p.dual += 1;
         p.ppo_kl += k.ppo_kl;
@@ -176,11 +176,12 @@ struct token_fn {
   }
 
   // CPU backend: the tokens [t0, t1) of response i, simd::width at a time when `vectorise` and
-  // every component has pack math (packed_tokens); the scalar loop above otherwise.
+  // every component has pack math (packed_tokens); the scalar loop above otherwise, and for
+  // advantages given per token (a pack's components read one advantage for all its lanes).
   void accumulate_segment(token_partial& p, index_t i, index_t t0, index_t t1, bool vectorise) const {
 #if RECO_SIMD
     if constexpr (packed_tokens<Obj, T>::supported) {
-      if (vectorise) {
+      if (vectorise && b.token_advantages == nullptr) {
         simd::run_widest<packed_tokens<Obj, T>>(*this, p, i, t0, t1);
         return;
       }

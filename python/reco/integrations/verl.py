@@ -13,7 +13,8 @@ response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)`` a
 preset of the same name on verl's tensors:
 
 - **advantages**: verl's, per token (``[B, T]``); constant along each response (GRPO and other
-  outcome estimators) they are passed per response, otherwise per token.
+  outcome estimators) they are passed per response, otherwise per token (GAE, token baselines:
+  ``token_advantages``, read by every per-token term).
 - **G** (ReCo's expected-count weight 1 / (G·pbar_old)): ``config.rollout_n``.
 - **caps**: ``config.clip_ratio_low`` / ``clip_ratio_high`` (or ``clip_ratio``) and
   ``clip_ratio_c`` set the preset's PPO clip (ε_low, ε_high, dual-clip c) for presets that clip
@@ -108,17 +109,17 @@ def _config_keys(config: Any) -> Iterable[str]:
     return [k for k in dir(config) if not k.startswith("_")]
 
 
-def _response_or_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per response when every valid token of each response carries the same value (outcome
-    advantages broadcast by verl), else per token."""
+def _response_or_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """``advantages`` per response when every valid token of each response carries the same value
+    (outcome advantages broadcast by verl; the faster path), else ``token_advantages``."""
     valid = mask.any(dim=-1)
     # The response's value at its first valid token.
     idx = torch.argmax(mask.to(torch.int8), dim=-1, keepdim=True)
     first = advantages.gather(-1, idx).squeeze(-1)
     constant = bool(((advantages == first.unsqueeze(-1)) | ~mask).all())
     if constant:
-        return torch.where(valid, first, torch.zeros_like(first))
-    return advantages
+        return {"advantages": torch.where(valid, first, torch.zeros_like(first))}
+    return {"token_advantages": advantages}
 
 
 def _loss_for(preset: str):
@@ -135,8 +136,8 @@ def _loss_for(preset: str):
         inputs: Dict[str, Any] = {
             "old_logp": old_log_prob.detach(),
             "mask": mask,
-            "advantages": _response_or_token_advantages(advantages.detach(), mask),
         }
+        inputs.update(_response_or_token_advantages(advantages.detach(), mask))
         keys = set(reco.override_keys(preset))
         if any(k.startswith("kl.") for k in keys):
             inputs["ref_logp"] = old_log_prob.detach()  # read with beta = 0: contributes exactly 0

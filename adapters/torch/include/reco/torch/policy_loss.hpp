@@ -64,6 +64,7 @@ struct policy_inputs {
   at::Tensor offsets;           // [R + 1] int64/int32 for packed (undefined = padded layout)
   at::Tensor rewards;           // [R]
   at::Tensor advantages;        // [R] instead of rewards: replaces the preset's advantage estimator
+  at::Tensor token_advantages;  // like logp, instead of advantages: one per token (GAE, ...); CPU
   at::Tensor group_offsets;     // [P + 1] int64/int32, or
   at::Tensor prompt_ids;        // [R] integer ids; each prompt's responses must be contiguous, or
   std::int64_t group_size = 0;  // G of equal groups (0 = not given); see "Given advantages" below
@@ -78,6 +79,10 @@ struct policy_inputs {
   // build_step_plan and this micro-batch's index in the list given to it. CPU tensors only.
   const planned_step* plan = nullptr;
   std::size_t micro_batch = 0;
+
+  // Advantages given (per response or per token) instead of rewards: the preset's estimator is
+  // replaced by them.
+  bool gives_advantages() const { return (advantages.defined() || token_advantages.defined()) && !rewards.defined(); }
   // optional, like logp: the rollout (inference-engine) log-probs that an expected-count weight
   // with weight.sampling = rollout averages instead of old_logp (CPU tensors only)
   at::Tensor rollout_logp;
