@@ -104,10 +104,14 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   # TRL's own GRPO loss for reco.integrations.trl: the pure-Python wheel without its dependencies
   # (transformers, accelerate, datasets, ...; the test stands in for those its trainer module imports).
   "$venv/bin/pip" install -q --no-deps "trl==1.16.0"
+  # Liger Kernel's GRPO loss math (LigerFusedLinearGRPOFunction.ppo_loss_fn) for test_liger.py: the
+  # wheel without Triton (the test loads the two loss modules only).
+  "$venv/bin/pip" install -q --no-deps "liger-kernel==0.8.5"
   (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
      "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
      RECO_REQUIRE_VERL=1 "$venv/bin/python" "$root/tests/python/test_verl.py" &&
      RECO_REQUIRE_TRL=1 "$venv/bin/python" "$root/tests/python/test_trl.py" &&
+     RECO_REQUIRE_LIGER=1 "$venv/bin/python" "$root/tests/python/test_liger.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi

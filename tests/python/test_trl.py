@@ -552,7 +552,8 @@ class TrlHook(unittest.TestCase):
 
     def test_per_token_advantages_and_the_mixin(self):
         # A [B, T] advantage tensor constant along each completion is the per-completion one;
-        # one that varies along a completion is refused. The mixin on a trainer class of one's own.
+        # one that varies along a completion is read per token, as TRL's own loss reads it. The
+        # mixin on a trainer class of one's own.
         class Mine(reco_trl.RecoLoss, GRPOTrainer):
             reco_preset = None
         gen = torch.Generator().manual_seed(53)
@@ -563,9 +564,19 @@ class TrlHook(unittest.TestCase):
         wide = dict(inputs, advantages=inputs["advantages"].unsqueeze(1).expand_as(logp).clone())
         lm, gm = trl_loss_and_grad(make(Mine, cfg), wide, logp, entropy)
         self.assertLessEqual(max(rel(lm, lt), rel(gm, gt)), TOL)
-        wide["advantages"][0, 0] += 1.0
+        for case in range(20):
+            varying = dict(wide, advantages=wide["advantages"] + 0.5 * torch.randn(logp.shape, generator=gen,
+                                                                                   dtype=logp.dtype))
+            for loss_type in ("grpo", "dapo", "bnpo"):
+                c = dict(cfg, loss_type=loss_type)
+                lt, gt = trl_loss_and_grad(make(GRPOTrainer, c), varying, logp, entropy)
+                lm, gm = trl_loss_and_grad(make(Mine, c), varying, logp, entropy)
+                e = record(f"per-token advantages, {loss_type}", lm, lt, gm, gt)
+                self.assertLessEqual(e, TOL, loss_type)
+                self.assertEqual(int((gm[~mask] != 0).sum()), 0)
         with self.assertRaisesRegex(ValueError, "advantages"):
-            trl_loss_and_grad(make(Mine, cfg), wide, logp, entropy)
+            trl_loss_and_grad(make(Mine, cfg), dict(inputs, advantages=inputs["advantages"][:-1, None].expand(
+                logp.shape[0] - 1, 3).clone()), logp, entropy)
 
     def test_errors_name_what_is_wrong(self):
         gen = torch.Generator().manual_seed(52)

@@ -17,7 +17,7 @@ spelling docs/peers.md gives, :func:`spelling`).
 What the loss reads from TRL:
 
 - **advantages**: ``inputs["advantages"]`` (per completion; a ``[B, T]`` tensor constant along each
-  completion is accepted too).
+  completion is the same, one that varies along a completion is read per token, as TRL reads it).
 - **old / ref log-probabilities**: ``inputs["old_per_token_logps"]`` (the current ones, detached,
   when TRL omits them) and ``inputs["ref_per_token_logps"]`` (present when ``beta != 0``).
 - **mask**: ``completion_mask`` times ``tool_mask`` when present.
@@ -155,18 +155,21 @@ def _knobs(trainer: Any, preset: str, keys: set) -> Dict[str, float]:
     return out
 
 
-def _per_completion(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _per_completion(advantages: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """``advantages`` per completion, or ``token_advantages`` for a ``[B, T]`` tensor that varies
+    along a completion (TRL broadcasts a ``[B]`` one itself)."""
     if advantages.dim() == 1:
-        return advantages
+        return {"advantages": advantages}
     if advantages.dim() == 2 and advantages.shape[1] == 1:
-        return advantages[:, 0]
+        return {"advantages": advantages[:, 0]}
     if advantages.dim() == 2 and advantages.shape == mask.shape:
         idx = torch.argmax(mask.to(torch.int8), dim=-1, keepdim=True)
         first = advantages.gather(-1, idx).squeeze(-1)
         if bool(((advantages == first.unsqueeze(-1)) | ~mask).all()):
-            return torch.where(mask.any(-1), first, torch.zeros_like(first))
-    raise ValueError(f"reco.integrations.trl: inputs['advantages'] of shape {tuple(advantages.shape)}: reco takes one "
-                     "advantage per completion (per-token advantages that vary along a completion are not supported)")
+            return {"advantages": torch.where(mask.any(-1), first, torch.zeros_like(first))}
+        return {"token_advantages": advantages.contiguous()}
+    raise ValueError(f"reco.integrations.trl: inputs['advantages'] of shape {tuple(advantages.shape)}: expected one "
+                     f"per completion [B] or one per token {tuple(mask.shape)}")
 
 
 def _response_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -236,10 +239,9 @@ class RecoLoss:
         B, T = mask.shape
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old.detach()
-        batch: Dict[str, Any] = {
-            "old_logp": old,
-            "advantages": _per_completion(inputs["advantages"].detach(), mask).to(per_token_logps.dtype),
-        }
+        batch: Dict[str, Any] = {"old_logp": old}
+        batch.update({k: v.to(per_token_logps.dtype)
+                      for k, v in _per_completion(inputs["advantages"].detach(), mask).items()})
         if "kl.beta" in keys:
             ref = inputs.get("ref_per_token_logps")
             batch["ref_logp"] = old if ref is None or self.beta == 0.0 else ref.detach()  # beta 0: contributes 0
