@@ -107,11 +107,14 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   # Liger Kernel's GRPO loss math (LigerFusedLinearGRPOFunction.ppo_loss_fn) for test_liger.py: the
   # wheel without Triton (the test loads the two loss modules only).
   "$venv/bin/pip" install -q --no-deps "liger-kernel==0.8.5"
+  # OpenRLHF's PolicyLoss for test_openrlhf.py: the wheel without deepspeed, vLLM, ray (stood in).
+  "$venv/bin/pip" install -q --no-deps "openrlhf==0.11.2"
   (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
      "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
      RECO_REQUIRE_VERL=1 "$venv/bin/python" "$root/tests/python/test_verl.py" &&
      RECO_REQUIRE_TRL=1 "$venv/bin/python" "$root/tests/python/test_trl.py" &&
      RECO_REQUIRE_LIGER=1 "$venv/bin/python" "$root/tests/python/test_liger.py" &&
+     RECO_REQUIRE_OPENRLHF=1 "$venv/bin/python" "$root/tests/python/test_openrlhf.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi

@@ -1,9 +1,12 @@
 // LibTorch CPU benchmarks, each against the LibTorch eager composite of the same formulas (the
 // way TRL and verl write them), in the same binary and the same run:
 //   (a) the per-token objective, forward + backward (loss and d loss / d logp), presets grpo,
-//       reco, dapo and rule_80_20, and three other forms: sapo (SAPO's soft gate), gpg
-//       (REINFORCE, -A logp, with GPG's batch-scaled advantage) and kl_cov (verl's KL-Cov, its
-//       eager code's formula); N = 8K, 256K, 4M tokens;
+//       reco, dapo and rule_80_20, and other forms: sapo (SAPO's soft gate), gpg (REINFORCE,
+//       -A logp, with GPG's batch-scaled advantage), kl_cov (verl's KL-Cov, its eager code's
+//       formula), dppo (verl's DPPO-TV: truncated detached ratio inside a probability trust
+//       region), dapo_token_adv (dapo on given per-token advantages, GAE-like) and grpo_kl_iw
+//       (grpo with TRL's importance-weighted KL, kl.importance_weighted = 1);
+//       N = 8K, 256K, 4M tokens;
 //   (b) log-probability + entropy from logits, forward and forward + backward, N = 1K and 4K
 //       rows, V = 32,000 and 151,936, float32 and bfloat16.
 // Both sides use the same thread count (RECO_BENCH_THREADS, default: every core) through
@@ -38,6 +41,7 @@ constexpr int64_t width = 1024;  // padded response length; valid lengths are ra
 struct objective_batch {
   int64_t R = 0, T = width;
   at::Tensor logp, old_logp, ref_logp, entropy, mask, maskf, rewards, group_offsets;
+  at::Tensor token_adv;  // per-token advantages: the group advantage plus noise, 0 outside the mask
 };
 
 // N tokens as [N / 1024, 1024] float32, ragged by the mask, groups of 8, binary rewards.
@@ -58,21 +62,25 @@ const objective_batch& objective_data(int64_t N) {
   b->maskf = b->mask.to(at::kFloat);
   b->rewards = (at::rand({b->R}, f32) < 0.5).to(at::kFloat);
   b->group_offsets = at::arange(0, b->R + 1, group_size, at::kLong);
+  const at::Tensor r = b->rewards.view({-1, group_size});
+  const at::Tensor A = ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
+  b->token_adv = ((A + 0.3 * at::randn({b->R, width}, f32)) * b->maskf).contiguous();
   slot = std::move(b);
   return *slot;
 }
 
 struct preset_constants {
   bool variance = false, weight = false, kl = false, top20 = false, token_mean = false, sapo = false, gpg = false,
-       kl_cov = false;
+       kl_cov = false, dppo = false, token_adv = false, kl_iw = false;
   double eps_low = 0.2, eps_high = 0.2, dual_c = 3.0;
 };
 
 preset_constants constants_of(const std::string& name) {
   preset_constants c;
   if (name == "reco") c.variance = c.weight = c.kl = true;
-  if (name == "grpo") c.kl = true;
-  if (name == "dapo" || name == "rule_80_20") {
+  if (name == "grpo" || name == "grpo_kl_iw") c.kl = true;
+  if (name == "grpo_kl_iw") c.kl_iw = true;
+  if (name == "dapo" || name == "rule_80_20" || name == "dapo_token_adv") {
     c.token_mean = true;
     c.eps_high = 0.28;
     c.dual_c = 10.0;
@@ -81,7 +89,21 @@ preset_constants constants_of(const std::string& name) {
   if (name == "sapo") c.sapo = true;
   if (name == "gpg") c.gpg = c.token_mean = true;
   if (name == "kl_cov") c.kl_cov = c.token_mean = true;
+  if (name == "dppo") c.dppo = c.token_mean = true;
+  if (name == "dapo_token_adv") c.token_adv = true;
   return c;
+}
+
+// The reco preset a benchmark case runs and its overrides (dapo_token_adv: dapo on given
+// per-token advantages; grpo_kl_iw: grpo with the KL estimate times the ratio).
+std::string reco_preset_of(const std::string& name) {
+  if (name == "dapo_token_adv") return "dapo";
+  if (name == "grpo_kl_iw") return "grpo";
+  return name;
+}
+std::map<std::string, double> overrides_of(const std::string& name) {
+  if (name == "grpo_kl_iw") return {{"kl.importance_weighted", 1.0}};
+  return {};
 }
 
 at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& m) { return (x * m).sum() / m.sum(); }
@@ -104,8 +126,21 @@ at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, 
     }
     return (-A * logp * m).sum() / m.sum();
   }
-  const at::Tensor A = ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
+  const at::Tensor A =
+      c.token_adv ? b.token_adv : ((r - r.mean(1, true)) / (r.std(1, true, true) + 1e-6)).view({-1, 1});
   if (c.kl_cov) return eager_kl_cov(b, logp, A);
+  if (c.dppo) {  // DPPO-TV: -A sg(min(r, 20)) logp where p - p_old stays in [-0.2, 0.2] by A's sign
+    const at::Tensor w = at::clamp_max(at::exp(log_ratio), 20.0).detach();
+    at::Tensor valid;
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor dp = at::exp(logp) - at::exp(b.old_logp);
+      valid = at::where(A > 0, dp <= 0.2, dp >= -0.2).to(at::kFloat);
+      benchmark::DoNotOptimize(masked_mean(1 - valid, m).item<float>());
+      benchmark::DoNotOptimize(masked_mean(-log_ratio, m).item<float>());
+    }
+    return (-A * w * logp * valid * m).sum() / m.sum();
+  }
   if (c.sapo) {  // SAPO: gate (4 / tau) sigmoid(tau (r - 1)), tau 1 (A > 0) or 1.05; seq-mean-token-mean
     const at::Tensor tau = at::where(A > 0, at::full_like(A, 1.0), at::full_like(A, 1.05));
     const at::Tensor pg = -at::sigmoid(tau * (at::exp(log_ratio) - 1)) * 4 / tau * A;
@@ -145,7 +180,9 @@ at::Tensor eager_objective(const preset_constants& c, const objective_batch& b, 
   at::Tensor loss = aggregate(pg, kept);
   if (c.kl) {
     const at::Tensor e = at::clamp(b.ref_logp - logp, -20.0, 20.0);
-    loss = loss + 1e-3 * aggregate(at::clamp(at::exp(e) - e - 1, -10.0, 10.0), m);
+    at::Tensor k3 = at::clamp(at::exp(e) - e - 1, -10.0, 10.0);
+    if (c.kl_iw) k3 = k3 * at::exp(logp - b.old_logp);  // not detached: the product rule applies
+    loss = loss + 1e-3 * aggregate(k3, m);
   }
   {
     at::NoGradGuard no_grad;
@@ -191,8 +228,12 @@ reco::torch::policy_inputs adapter_inputs(const objective_batch& b, const at::Te
   if (c.kl) in.ref_logp = b.ref_logp;
   if (c.top20) in.entropy = b.entropy;
   in.mask = b.mask;
-  in.rewards = b.rewards;
-  in.group_offsets = b.group_offsets;
+  if (c.token_adv) {
+    in.token_advantages = b.token_adv;
+  } else {
+    in.rewards = b.rewards;
+    in.group_offsets = b.group_offsets;
+  }
   return in;
 }
 
@@ -208,7 +249,7 @@ void BM_objective_reco(benchmark::State& state, const std::string& preset) {
   const reco::torch::policy_inputs in = adapter_inputs(b, logp, preset);
   for (auto _ : state) {
     logp.mutable_grad() = at::Tensor();
-    reco::torch::policy_output out = reco::torch::policy_loss(preset, in);
+    reco::torch::policy_output out = reco::torch::policy_loss(reco_preset_of(preset), in, overrides_of(preset));
     out.loss.backward();
     benchmark::DoNotOptimize(logp.grad().data_ptr());
   }
@@ -284,10 +325,11 @@ void BM_logits(benchmark::State& state, at::ScalarType dt) {
 
 // Checks once that both sides compute the same thing before timing them.
 void check_agreement() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov", "dppo", "dapo_token_adv",
+                             "grpo_kl_iw"}) {
     const objective_batch& b = objective_data(8192);
     const at::Tensor l1 = b.logp.clone().requires_grad_(true), l2 = b.logp.clone().requires_grad_(true);
-    auto out = reco::torch::policy_loss(preset, adapter_inputs(b, l1, preset));
+    auto out = reco::torch::policy_loss(reco_preset_of(preset), adapter_inputs(b, l1, preset), overrides_of(preset));
     out.loss.backward();
     at::Tensor e = eager_objective(constants_of(preset), b, l2);
     e.backward();
@@ -308,7 +350,8 @@ void check_agreement() {
 }
 
 void register_all() {
-  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov"}) {
+  for (const char* preset : {"grpo", "reco", "dapo", "rule_80_20", "sapo", "gpg", "kl_cov", "dppo", "dapo_token_adv",
+                             "grpo_kl_iw"}) {
     const std::string p = preset;
     for (int64_t N : {int64_t(8) << 10, int64_t(256) << 10, int64_t(4) << 20}) {
       benchmark::RegisterBenchmark(("objective/" + p + "/reco").c_str(), BM_objective_reco, p)

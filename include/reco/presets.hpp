@@ -22,6 +22,7 @@
 #include "reco/kl/no_kl.hpp"
 #include "reco/objective.hpp"
 #include "reco/ratio/cispo.hpp"
+#include "reco/ratio/dppo.hpp"
 #include "reco/ratio/flipped.hpp"
 #include "reco/ratio/reinforce.hpp"
 #include "reco/ratio/sapo.hpp"
@@ -216,6 +217,12 @@ struct kl_cov : objective<grpo_advantage, token_ratio, no_clip, uniform_weight, 
     select.params.coef = 0.1;
   }
 };
+
+// DPPO (verl's loss_mode "dppo_tv", with ratio.divergence = binary_kl "dppo_kl"): the truncated,
+// detached ratio times -A logp inside a trust region on the token's probability, token-mean; the
+// loss function's own defaults (eps 0.2, c = 20). verl's ActorConfig defaults are the peer
+// presets verl_dppo_tv / verl_dppo_kl.
+struct dppo : objective<grpo_advantage, dppo_ratio, no_clip, uniform_weight, token_mean> {};
 
 }  // namespace presets
 RECO_NAMESPACE_END

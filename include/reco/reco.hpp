@@ -32,6 +32,7 @@
 #include "reco/presets.hpp"
 #include "reco/registry.hpp"
 #include "reco/ratio/cispo.hpp"
+#include "reco/ratio/dppo.hpp"
 #include "reco/ratio/flipped.hpp"
 #include "reco/ratio/gmpo.hpp"
 #include "reco/ratio/reinforce.hpp"

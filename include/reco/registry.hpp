@@ -67,7 +67,8 @@ inline constexpr auto preset_table = std::make_tuple(
     preset_entry<presets::gpg>{"gpg"},
     preset_entry<presets::sapo>{"sapo"},
     preset_entry<presets::clip_cov>{"clip_cov"},
-    preset_entry<presets::kl_cov>{"kl_cov"});
+    preset_entry<presets::kl_cov>{"kl_cov"},
+    preset_entry<presets::dppo>{"dppo"});
 
 using preset_table_type = std::decay_t<decltype(preset_table)>;
 inline constexpr int preset_count = static_cast<int>(std::tuple_size_v<preset_table_type>);
@@ -165,14 +166,19 @@ inline constexpr peer_preset peer_preset_table[] = {
     // verl's loss_mode "cispo": the detached ratio clipped to [1 - clip_ratio_low, 1 + clip_ratio_high].
     {"verl_cispo", "cispo", "verl core_algos.py compute_policy_loss_cispo with ActorConfig's clip_ratio_low/high 0.2",
      {{"ratio.eps_low", 0.2}, {"ratio.eps_high", 0.2}}},
-    // OpenRLHF PolicyLoss defaults: clip_eps_low/high 0.2, no dual clip, token_level_loss true
-    // (token mean), no log-ratio clamp; group_norm advantages over std + 1e-9.
+    // verl's loss_modes "dppo_tv" / "dppo_kl" at ActorConfig's clip_ratio_low/high 0.2 (the
+    // divergence bounds) and clip_ratio_c 3 (the truncation), token-mean.
+    {"verl_dppo_tv", "dppo", "verl core_algos.py compute_policy_loss_dppo_tv with ActorConfig's defaults",
+     {{"ratio.divergence", 0.0}, {"ratio.eps_low", 0.2}, {"ratio.eps_high", 0.2}, {"ratio.truncation", 3.0}}},
+    {"verl_dppo_kl", "dppo", "verl core_algos.py compute_policy_loss_dppo_kl with ActorConfig's defaults",
+     {{"ratio.divergence", 1.0}, {"ratio.eps_low", 0.2}, {"ratio.eps_high", 0.2}, {"ratio.truncation", 3.0}}},
     // TRL's loss_type "sapo": SAPO's gate at sapo_temperature_pos/neg 1 / 1.05, std + 1e-4, no clamp.
     {"trl_sapo", "sapo", "TRL grpo_config.py: loss_type='sapo', sapo_temperature_pos/neg 1.0 / 1.05",
      {{"advantage.eps", 1e-4}, {"ratio.log_ratio_clamp", 0.0}}},
+    // OpenRLHF PolicyLoss defaults (0.11): clip_eps_low/high 0.2, no dual clip, token_level_loss
+    // true (token mean), log-ratio clamp +-20 (dapo's); group_norm advantages over std + 1e-9.
     {"openrlhf_ppo", "dapo", "OpenRLHF openrlhf/models/loss.py PolicyLoss defaults; group_norm eps 1e-9",
      {{"advantage.eps", 1e-9},
-      {"ratio.log_ratio_clamp", 0.0},
       {"clip.eps_low", 0.2},
       {"clip.eps_high", 0.2},
       {"clip.dual_clip", 0.0}}},

@@ -2,7 +2,11 @@
 // batches, float and double), plus central finite differences in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/compare.hpp"
+#include "reco/given_advantages.hpp"
 #include "reco/presets.hpp"
 #include "reco/registry.hpp"
 
@@ -38,6 +42,40 @@ TEST(Presets, Gpg) { check_preset<reco::presets::gpg>("gpg", 17); }
 TEST(Presets, Sapo) { check_preset<reco::presets::sapo>("sapo", 18); }
 TEST(Presets, ClipCov) { check_preset<reco::presets::clip_cov>("clip_cov", 19); }
 TEST(Presets, KlCov) { check_preset<reco::presets::kl_cov>("kl_cov", 20); }
+TEST(Presets, Dppo) { check_preset<reco::presets::dppo>("dppo", 21); }
+
+// verl's loss_mode "dro", -(A logp - beta/2 (logp - old_logp)^2) token-mean, is not a preset (verl
+// gives dro_beta no default) but a composition: REINFORCE plus a k2 KL term whose reference is the
+// sampling policy (ref_logp = old_logp). Against the reference and against the formula itself.
+TEST(Presets, DroComposition) {
+  using dro = reco::objective<reco::given_advantage, reco::reinforce_ratio, reco::no_clip, reco::uniform_weight,
+                              reco::token_mean, reco::kl_penalty>;
+  dro obj;
+  obj.kl.params.estimator = reco::kl_estimator::k2;
+  obj.kl.params.beta = 0.1;
+  reco_ref::config cfg = reco_ref::preset("gpg");
+  cfg.adv = reco_ref::advantage::given;
+  cfg.kl_mode = reco_ref::kl::k2;
+  cfg.kl_beta = 0.1;
+  const auto specs = standard_specs();
+  for (std::size_t k = 0; k < specs.size(); k += 2) {
+    master_batch m = make_batch(9100 + k, specs[k]);
+    m.ref_logp = m.old_logp;
+    const library_output lib = run_library<double>(obj, m);
+    expect_matches(lib, reco_ref::evaluate(to_reference(m), cfg), tolerances_for<double>(),
+                   "dro batch " + std::to_string(k));
+    double sum = 0, n = 0;  // the formula, token-mean over the valid tokens
+    for (index_t i = 0; i < m.R; ++i)
+      for (index_t t = m.begin(i); t < m.end(i); ++t) {
+        const auto u = static_cast<std::size_t>(t);
+        if (!m.mask[u]) continue;
+        const double d = m.logp[u] - m.old_logp[u];
+        sum += -(m.advantages[static_cast<std::size_t>(i)] * m.logp[u] - 0.05 * d * d);
+        n += 1;
+      }
+    EXPECT_NEAR(lib.result.loss, n > 0 ? sum / n : 0.0, 1e-12 * (1 + std::fabs(sum / std::max(n, 1.0))));
+  }
+}
 
 // Peer presets: the base preset's type with the peer's settings from the registry, against the
 // reference's own spelling of that peer's defaults.
@@ -52,8 +90,8 @@ void check_peer_preset(const std::string& name, std::uint64_t seed) {
 }
 
 TEST(PeerPresets, EachAgainstTheReference) {
-  const std::vector<std::string> expected = {"trl_dapo",     "trl_dr_grpo", "trl_cispo", "verl_vanilla",
-                                             "verl_cispo",   "trl_sapo",    "openrlhf_ppo"};
+  const std::vector<std::string> expected = {"trl_dapo",     "trl_dr_grpo",  "trl_cispo", "verl_vanilla", "verl_cispo",
+                                             "verl_dppo_tv", "verl_dppo_kl", "trl_sapo",  "openrlhf_ppo"};
   ASSERT_EQ(reco::registry::peer_preset_count, static_cast<int>(expected.size()));
   for (int k = 0; k < reco::registry::peer_preset_count; ++k)
     EXPECT_EQ(std::string(reco::registry::peer_preset_table[k].name), expected[k]);
@@ -62,6 +100,8 @@ TEST(PeerPresets, EachAgainstTheReference) {
   check_peer_preset<reco::presets::cispo>("trl_cispo", 33);
   check_peer_preset<reco::presets::dapo>("verl_vanilla", 34);
   check_peer_preset<reco::presets::cispo>("verl_cispo", 35);
+  check_peer_preset<reco::presets::dppo>("verl_dppo_tv", 38);
+  check_peer_preset<reco::presets::dppo>("verl_dppo_kl", 39);
   check_peer_preset<reco::presets::sapo>("trl_sapo", 37);
   check_peer_preset<reco::presets::dapo>("openrlhf_ppo", 36);
 }

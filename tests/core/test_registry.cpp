@@ -47,10 +47,10 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 const std::vector<std::string> expected_names = {
     "grpo", "dr_grpo",         "dapo",      "gspo",       "cispo",           "aspo",           "reco",
     "reco_no_cap", "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco",
-    "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov"};
+    "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov", "dppo"};
 
 TEST(Registry, NamesRoundTrip) {
-  ASSERT_EQ(rg::preset_count, 20);
+  ASSERT_EQ(rg::preset_count, 21);
   EXPECT_EQ(rg::preset_names(), expected_names);
   for (int k = 0; k < rg::preset_count; ++k) {
     EXPECT_EQ(std::string(rg::preset_name(k)), expected_names[k]);
@@ -315,6 +315,15 @@ TEST(Registry, BadValuesAndKeysAreNamed) {
   EXPECT_EQ(arg("grpo", "kl.importance_weighted", 2).argument(), "overrides.kl.importance_weighted");
   EXPECT_EQ(arg("trl_vespo", "ratio.k_neg", -3).argument(), "ratio.params.k_neg");
   EXPECT_EQ(arg("trl_vespo", "clip.eps_low", 0.1).argument(), "overrides.clip.eps_low");
+  // DPPO's parameters.
+  EXPECT_EQ(arg("dppo", "ratio.divergence", 2).argument(), "overrides.ratio.divergence");
+  EXPECT_TRUE(contains(arg("dppo", "ratio.divergence", 2).what(), "0 (tv), 1 (binary_kl)"));
+  EXPECT_EQ(arg("dppo", "ratio.truncation", 0).argument(), "ratio.params.truncation");
+  EXPECT_EQ(arg("dppo", "ratio.truncation", HUGE_VAL).argument(), "ratio.params.truncation");
+  EXPECT_EQ(arg("dppo", "ratio.eps_low", -0.1).argument(), "ratio.params.eps_low");
+  EXPECT_EQ(arg("dppo", "ratio.eps_high", std::numeric_limits<double>::quiet_NaN()).argument(),
+            "overrides.ratio.eps_high");  // a NaN value never reaches the component
+  EXPECT_EQ(arg("verl_dppo_kl", "clip.eps_low", 0.1).argument(), "overrides.clip.eps_low");
 }
 
 TEST(Registry, PeerSwitchesAndTrlPresetsHaveKeys) {
@@ -385,7 +394,8 @@ namespace {
 TEST(Registry, PeerPresetsResolveToTheirBaseWithTheirSettings) {
   std::vector<std::string> known = expected_names;
   for (const char* n :
-       {"trl_dapo", "trl_dr_grpo", "trl_cispo", "verl_vanilla", "verl_cispo", "trl_sapo", "openrlhf_ppo"})
+       {"trl_dapo", "trl_dr_grpo", "trl_cispo", "verl_vanilla", "verl_cispo", "verl_dppo_tv", "verl_dppo_kl",
+        "trl_sapo", "openrlhf_ppo"})
     known.emplace_back(n);
   EXPECT_EQ(rg::known_preset_names(), known);
   EXPECT_EQ(rg::preset_names(), expected_names) << "the typed table is unchanged";
@@ -409,13 +419,16 @@ TEST(Registry, PeerPresetsResolveToTheirBaseWithTheirSettings) {
   EXPECT_EQ(value("verl_vanilla", "clip.dual_clip"), 1.0);  // hard
   EXPECT_EQ(value("dapo", "clip.eps_high"), 0.28) << "the base keeps its own constants";
   EXPECT_EQ(value("openrlhf_ppo", "clip.dual_clip"), 0.0);
-  EXPECT_EQ(value("openrlhf_ppo", "ratio.log_ratio_clamp"), 0.0);
+  EXPECT_EQ(value("openrlhf_ppo", "ratio.log_ratio_clamp"), 20.0);
   EXPECT_EQ(value("openrlhf_ppo", "advantage.eps"), 1e-9);
   EXPECT_EQ(value("trl_cispo", "ratio.eps_high"), 4.0);
   EXPECT_EQ(value("trl_cispo", "advantage.eps"), 1e-4);
   EXPECT_EQ(value("verl_cispo", "ratio.eps_low"), 0.2);
   EXPECT_EQ(value("trl_dr_grpo", "ratio.log_ratio_clamp"), 0.0);
   EXPECT_EQ(value("trl_dapo", "advantage.eps"), 1e-4);
+  EXPECT_EQ(value("verl_dppo_tv", "ratio.truncation"), 3.0);
+  EXPECT_EQ(value("verl_dppo_kl", "ratio.divergence"), 1.0);  // binary_kl
+  EXPECT_EQ(value("dppo", "ratio.truncation"), 20.0) << "the base keeps its own constants";
 
   // For code that runs by index: the peer's settings, then the caller's; a caller's key replaces
   // the peer's setting of that key rather than repeating it.

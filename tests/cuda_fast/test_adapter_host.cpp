@@ -117,7 +117,7 @@ TEST(AdapterValidation, OptionalInputsMayBeAbsentAndEmptyBatchesNeedNoPointers) 
 }
 
 TEST(AdapterValidation, PresetsByName) {
-  EXPECT_EQ(ca::preset_names().size(), 20u);  // the 13 of the paper and the peers: trl_bnpo, trl_luspo, trl_vespo, gpg, sapo, clip_cov, kl_cov
+  EXPECT_EQ(ca::preset_names().size(), 21u);  // the 13 of the paper and the peers: trl_bnpo, trl_luspo, trl_vespo, gpg, sapo, clip_cov, kl_cov, dppo
   EXPECT_EQ(ca::preset_index("trl_vespo"), 15);
   EXPECT_EQ(ca::preset_index("rule_80_20_reco"), 12);
   try {

@@ -58,7 +58,7 @@ for field, value, backward in [("row_stride", 50, False), ("temperature", 0.0, F
 expect(lib.reco_cuda_context_set_options(ctx, -1, 1, 0) == rc.RECO_INVALID_ARGUMENT, "negative max_blocks refused")
 expect(lib.reco_cuda_context_set_options(ctx, 16, 1, 0) == rc.RECO_OK, "options set")
 names = rc.preset_names(lib)
-expect(len(names) == 20 and names[0] == "grpo" and names[-1] == "kl_cov", f"preset names {names}")
+expect(len(names) == 21 and names[0] == "grpo" and names[-1] == "dppo", f"preset names {names}")
 # Parameters by key: listed per preset, checked without a device, and a bad key refused by the
 # objective entry before the arguments are looked at.
 keys = rc.override_keys(lib, "rule_80_20")

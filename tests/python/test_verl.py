@@ -211,10 +211,18 @@ class VerlPeerPresets(unittest.TestCase):
     def test_verl_cispo(self):
         self.check("cispo", "verl_cispo", 22)
 
+    def test_verl_dppo_tv(self):
+        self.check("dppo_tv", "verl_dppo_tv", 23)
+
+    def test_verl_dppo_kl(self):
+        self.check("dppo_kl", "verl_dppo_kl", 24)
+
     def test_listed_with_their_bases(self):
         peers = reco.peer_presets()
         self.assertEqual(peers["verl_vanilla"], "dapo")
         self.assertEqual(peers["verl_cispo"], "cispo")
+        self.assertEqual(peers["verl_dppo_tv"], "dppo")
+        self.assertEqual(peers["verl_dppo_kl"], "dppo")
         self.assertNotIn("verl_vanilla", reco.presets())  # presets() is the typed table
 
 
@@ -237,7 +245,8 @@ def gae_batch(gen, groups=3, G=4, T=7):
 class VerlTokenAdvantages(unittest.TestCase):
     """Per-token advantages (verl's GAE) through reco's token_advantages against verl's own losses,
     which read advantages per token: vanilla (verl_vanilla, and the registered reco_dapo through
-    verl's registry), cispo (verl_cispo), and compute_policy_loss_reinforce (gpg)."""
+    verl's registry), cispo (verl_cispo), dppo_tv / dppo_kl (verl_dppo_tv / verl_dppo_kl), and
+    compute_policy_loss_reinforce (gpg)."""
 
     @classmethod
     def setUpClass(cls):
@@ -269,7 +278,8 @@ class VerlTokenAdvantages(unittest.TestCase):
                 else:
                     lv, gv, _ = loss_and_grad(core_algos.get_policy_loss_fn(name), old, new, adv, mask,
                                               loss_agg_mode="token-mean", config=cfg)
-                preset = {"vanilla": "verl_vanilla", "cispo": "verl_cispo", "reinforce": "gpg"}[name]
+                preset = {"vanilla": "verl_vanilla", "cispo": "verl_cispo", "reinforce": "gpg",
+                          "dppo_tv": "verl_dppo_tv", "dppo_kl": "verl_dppo_kl"}[name]
                 x = new.clone().requires_grad_(True)
                 out = reco.policy_loss(preset, x, old_logp=old, mask=mask, token_advantages=adv)
                 out.loss.backward()
@@ -288,6 +298,10 @@ class VerlTokenAdvantages(unittest.TestCase):
 
     def test_reinforce(self):
         self.run_case("reinforce", 43)
+
+    def test_dppo(self):
+        self.run_case("dppo_tv", 45)
+        self.run_case("dppo_kl", 46)
 
     def test_through_the_registered_loss(self):
         self.run_case("integration", 44)

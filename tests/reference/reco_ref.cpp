@@ -524,6 +524,25 @@ token_out policy_token(const config& c, const token_in& in) {
     out.grad = -A;
     return out;
   }
+  if (c.ratio_form == ratio::dppo) {
+    // The truncated ratio and the region at the frozen point (both detached).
+    bool unused = true;
+    const double r_frozen = std::exp(clamp_log(in.fz - in.old, L, unused));
+    const double w_hat = std::min(r_frozen, c.dppo_c);
+    const double p = std::exp(in.fz), p_old = std::exp(in.old);
+    bool inside;
+    if (!c.dppo_binary_kl) {
+      inside = A > 0 ? p - p_old <= c.dppo_eps_high : p - p_old >= -c.dppo_eps_low;
+    } else {
+      const double d = p_old * (in.old - in.fz) + (1 - p_old) * std::log((1 - p_old + 1e-8) / (1 - p + 1e-8));
+      inside = A > 0 ? (d <= c.dppo_eps_high || p <= p_old) : (d <= c.dppo_eps_low || p >= p_old);
+    }
+    out.shown = r;
+    out.loss = inside ? -w_hat * A * in.lp : 0.0;
+    out.grad = inside ? -w_hat * A : 0.0;
+    out.clipped = !inside && A != 0;
+    return out;
+  }
   if (c.ratio_form == ratio::cispo) {
     bool unused = true;
     const double r_frozen = std::exp(clamp_log(in.fz - in.old, L, unused));
@@ -617,6 +636,7 @@ token_out policy_token(const config& c, const token_in& in) {
     case ratio::cispo:
     case ratio::sapo:
     case ratio::vespo:
+    case ratio::dppo:
       break;  // handled above
   }
   out.shown = x;
@@ -1069,7 +1089,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
 std::vector<std::string> preset_names() {
   return {"grpo",     "dr_grpo",   "dapo",       "gspo",          "cispo",           "aspo",       "reco",
           "reco_response_only", "reco_token_only", "dapo_reco", "rule_80_20", "rule_80_20_reco", "reco_no_cap",
-          "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov"};
+          "trl_bnpo", "trl_luspo", "trl_vespo", "gpg", "sapo", "clip_cov", "kl_cov", "dppo"};
 }
 
 config preset(const std::string& name) {
@@ -1258,6 +1278,16 @@ config preset(const std::string& name) {
     c.kl_mode = kl::none;
     return c;
   }
+  if (name == "dppo") {  // verl compute_policy_loss_dppo_tv's own defaults: eps 0.2, c 20, token-mean
+    c.adv = advantage::grpo;
+    c.ratio_form = ratio::dppo;
+    c.clip_mode = clip::none;
+    c.dual_mode = dual::off;
+    c.weight_mode = weight::uniform;
+    c.agg = aggregation::token_mean;
+    c.kl_mode = kl::none;
+    return c;
+  }
   // Peer presets (reco/registry.hpp's peer_preset_table), written here from the peers' own
   // defaults rather than from the table.
   if (name == "trl_dapo") return preset("trl_bnpo");  // the global token count comes from the caller
@@ -1288,16 +1318,23 @@ config preset(const std::string& name) {
     c.cispo_eps_high = 0.2;
     return c;
   }
+  if (name == "verl_dppo_tv" || name == "verl_dppo_kl") {  // ActorConfig: clip_ratio 0.2, clip_ratio_c 3
+    c = preset("dppo");
+    c.dppo_binary_kl = name == "verl_dppo_kl";
+    c.dppo_eps_low = 0.2;
+    c.dppo_eps_high = 0.2;
+    c.dppo_c = 3;
+    return c;
+  }
   if (name == "trl_sapo") {  // TRL: std + 1e-4, no log-ratio clamp
     c = preset("sapo");
     c.adv_eps = 1e-4;
     c.log_ratio_clamp = 0;
     return c;
   }
-  if (name == "openrlhf_ppo") {  // PolicyLoss(0.2, 0.2), token_level_loss, exp(logp - old) unclamped
+  if (name == "openrlhf_ppo") {  // PolicyLoss(0.2, 0.2), token_level_loss, exp(clamp(logp - old, +-20))
     c = preset("dapo");
     c.adv_eps = 1e-9;
-    c.log_ratio_clamp = 0;
     c.eps_low = 0.2;
     c.eps_high = 0.2;
     c.dual_mode = dual::off;

@@ -15,7 +15,7 @@ namespace reco_ref {
 
 enum class advantage { grpo, dr_grpo, batch_std, rloo, reinforce_pp, opo, pass_at_k, gpg, given };
 enum class singleton { zero, raw_score };
-enum class ratio { token, sequence, variance, flipped, flipped_all, reinforce, cispo, sapo, gmpo, vespo };
+enum class ratio { token, sequence, variance, flipped, flipped_all, reinforce, cispo, sapo, gmpo, vespo, dppo };
 enum class clip { none, ppo, entropy_split };
 enum class dual { off, hard, soft };
 enum class weight { uniform, expected_count, caller };
@@ -45,6 +45,11 @@ struct config {
   // VESPO (TRL): phi = exp(lambda + k log w - lambda w), w = the response's product of token
   // ratios (clamped), (k, lambda) by the sign of A (A >= 0: pos).
   double vespo_k_pos = 2, vespo_lambda_pos = 3, vespo_k_neg = 3, vespo_lambda_neg = 2;
+  // DPPO (verl dppo_tv / dppo_kl): -A sg(min(r, c)) logp inside a trust region on p = exp(logp):
+  // TV p - p_old (A > 0: <= eps_high; else >= -eps_low), or the Bernoulli KL D (A > 0: D <= eps_high
+  // or p <= p_old; else D <= eps_low or p >= p_old).
+  bool dppo_binary_kl = false;
+  double dppo_eps_low = 0.2, dppo_eps_high = 0.2, dppo_c = 20;
 
   // Clip (conventions: Clipping).
   clip clip_mode = clip::ppo;
@@ -131,7 +136,7 @@ double frozen_loss(const batch& b, const config& c, const std::vector<double>& l
                    const std::vector<double>& frozen_logp);
 
 // grpo, dr_grpo, dapo, gspo, cispo, aspo, reco, reco_response_only, reco_token_only, dapo_reco,
-// rule_80_20, rule_80_20_reco, reco_no_cap, trl_bnpo, trl_luspo, trl_vespo, clip_cov, kl_cov. Throws std::invalid_argument for another name.
+// rule_80_20, rule_80_20_reco, reco_no_cap, trl_bnpo, trl_luspo, trl_vespo, clip_cov, kl_cov, dppo. Throws std::invalid_argument for another name.
 config preset(const std::string& name);
 std::vector<std::string> preset_names();
 

@@ -235,12 +235,14 @@ inline bool near_kink(const reco_ref::batch& b, const reco_ref::config& c, const
       }
       case ratio::reinforce:
       case ratio::cispo:
-      case ratio::vespo:  // the weight is frozen: the loss is linear in logp
+      case ratio::vespo:
+      case ratio::dppo:  // the weight (and DPPO's region) is frozen: the loss is linear in logp
         movable = false;
         break;
     }
     const bool clip_based = c.ratio_form != ratio::reinforce && c.ratio_form != ratio::cispo &&
-                            c.ratio_form != ratio::sapo && c.ratio_form != ratio::vespo;
+                            c.ratio_form != ratio::sapo && c.ratio_form != ratio::vespo &&
+                            c.ratio_form != ratio::dppo;
     if (movable && clip_based && c.clip_mode != reco_ref::clip::none) {
       const double eps[2][2] = {{c.eps_low, c.eps_high}, {c.split_eps_low, c.split_eps_high}};
       for (const auto& e : eps) {

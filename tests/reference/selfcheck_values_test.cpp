@@ -1010,7 +1010,7 @@ TEST(ReferenceValues, OnPolicyIdentity) {
 // ---------------------------------------------------------------------------------------------
 
 TEST(ReferencePresets, TableOfComponents) {
-  ASSERT_EQ(preset_names().size(), 20u);
+  ASSERT_EQ(preset_names().size(), 21u);
   for (const std::string& n : preset_names()) EXPECT_NO_THROW(preset(n)) << n;
   EXPECT_THROW(preset("ppo"), std::invalid_argument);
 

@@ -254,7 +254,7 @@ TEST(Overrides, ChangeTheObjective) {
   const auto keys = reco::torch::override_keys("rule_80_20");
   EXPECT_NE(std::find(keys.begin(), keys.end(), "select.rho"), keys.end());
   EXPECT_EQ(std::find(keys.begin(), keys.end(), "weight.cap"), keys.end());
-  EXPECT_EQ(reco::torch::preset_names().size(), 20u);
+  EXPECT_EQ(reco::torch::preset_names().size(), 21u);
 }
 
 // A custom objective with an entropy bonus: the gradient flows into the entropy input.

@@ -24,7 +24,7 @@ bool run_part2(int index, const override_list& overrides, const reco_cuda_object
                cudaStream_t stream, context& ctx, objective_result* device_result, const objective_result** out);
 
 // Part k takes the presets [part_bounds[k], part_bounds[k + 1]) of the registry's list.
-inline constexpr int part_bounds[4] = {0, 6, 12, 20};
+inline constexpr int part_bounds[4] = {0, 6, 12, 21};
 
 // The validated logits op on the device, by dtype (logits.cu).
 void logits_forward_device(const reco_cuda_logits_args& args, cudaStream_t stream);

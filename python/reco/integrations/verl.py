@@ -55,7 +55,7 @@ _AGGREGATION = {
     "grpo": "seq-mean-token-mean", "reco": "seq-mean-token-mean", "reco_no_cap": "seq-mean-token-mean",
     "reco_response_only": "seq-mean-token-mean", "reco_token_only": "seq-mean-token-mean",
     "gspo": "seq-mean-token-mean", "aspo": "token-mean", "dapo": "token-mean", "dapo_reco": "token-mean",
-    "cispo": "token-mean", "rule_80_20": "token-mean", "rule_80_20_reco": "token-mean",
+    "cispo": "token-mean", "rule_80_20": "token-mean", "rule_80_20_reco": "token-mean", "dppo": "token-mean",
 }
 _SELECTS_BY_ENTROPY = ("rule_80_20", "rule_80_20_reco")
 

@@ -1,0 +1,87 @@
+// DPPO (Divergence PPO; verl's loss_mode "dppo_tv" / "dppo_kl"): REINFORCE with the ratio
+// truncated at c and detached, and a trust region on the sampled token's probability in place of
+// the ratio clip:
+//   loss = -A sg(min(r, c)) logp [inside],   d loss / d logp = -A min(r, c) [inside]
+// with p = exp(logp), p_old = exp(old_logp) and the region ([inside] detached; A > 0 bounds the
+// rise of p, A <= 0 its fall):
+//   tv:        A > 0: p - p_old <= eps_high;             A <= 0: p - p_old >= -eps_low
+//   binary_kl: D = p_old (log p_old - log p) + (1 - p_old) log((1 - p_old + 1e-8) / (1 - p + 1e-8))
+//              (the KL between the Bernoulli laws of the token; 1e-8 as verl);
+//              A > 0: D <= eps_high or p <= p_old;       A <= 0: D <= eps_low or p >= p_old
+// Tokens outside the region count as clipped. Defaults: eps 0.2 both sides, c = 20 (verl's loss
+// function without a clip_ratio_c; the peer presets verl_dppo_tv / verl_dppo_kl take
+// ActorConfig's 3). Written for one token (no pack math): the CPU runs it in the scalar loop.
+// Carries its own clipping: compose with no_clip.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "reco/component.hpp"
+#include "reco/validate.hpp"
+#include "reco/ratio/token.hpp"
+
+RECO_NAMESPACE_BEGIN
+
+enum class dppo_divergence : std::uint8_t { tv, binary_kl };
+constexpr choice_labels<2> labels_of(dppo_divergence) { return {{"tv", "binary_kl"}}; }
+
+struct dppo_ratio {
+  using role = roles::ratio_form;
+  struct params_type {
+    dppo_divergence divergence = dppo_divergence::tv;
+    double eps_low = 0.2;
+    double eps_high = 0.2;
+    double truncation = 20.0;  // c
+    double log_ratio_clamp = 20.0;
+  };
+  params_type params{};
+  // The fields settable by key ("<role>.<field>", reco/registry.hpp).
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    v("divergence", p.divergence);
+    v("eps_low", p.eps_low);
+    v("eps_high", p.eps_high);
+    v("truncation", p.truncation);
+    v("log_ratio_clamp", p.log_ratio_clamp);
+  }
+
+  // Throws reco::error naming the first parameter out of range.
+  void validate(const std::string& name) const {
+    using detail::check_param;
+    using detail::finite_param;
+    check_param(finite_param(params.eps_low) && params.eps_low >= 0, name, "eps_low", "must be finite and >= 0");
+    check_param(finite_param(params.eps_high) && params.eps_high >= 0, name, "eps_high", "must be finite and >= 0");
+    check_param(finite_param(params.truncation) && params.truncation > 0, name, "truncation",
+                "must be finite and > 0");
+    check_param(finite_param(params.log_ratio_clamp) && params.log_ratio_clamp >= 0, name, "log_ratio_clamp",
+                "must be finite and >= 0 (0 disables the clamp)");
+  }
+
+  static constexpr ratio_scope scope = ratio_scope::token;
+  static constexpr bool self_clipped = true;
+
+  // Whether the token lies inside the trust region for an advantage of this sign.
+  RECO_HOST_DEVICE bool inside(double logp, double old_logp, bool positive) const {
+    const double p = ::exp(logp), p_old = ::exp(old_logp);
+    if (params.divergence == dppo_divergence::tv)
+      return positive ? p - p_old <= params.eps_high : p - p_old >= -params.eps_low;
+    const double d = p_old * (old_logp - logp) + (1.0 - p_old) * ::log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8));
+    return positive ? (d <= params.eps_high || p <= p_old) : (d <= params.eps_low || p >= p_old);
+  }
+
+  RECO_TOKEN_MATH surrogate_value surrogate(const token_context& c) const {
+    bool passes = true;
+    surrogate_value s;
+    s.x = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
+    const double w = s.x < params.truncation ? s.x : params.truncation;
+    const bool in = inside(c.logp, c.old_logp, c.advantage > 0);
+    s.clipped = !in && c.advantage != 0;
+    s.loss = in ? -w * c.advantage * c.logp : 0.0;
+    s.grad = in ? -w * c.advantage : 0.0;
+    return s;
+  }
+};
+
+RECO_NAMESPACE_END
