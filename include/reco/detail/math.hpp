@@ -39,6 +39,7 @@ struct lanes<double> {
   RECO_HOST_DEVICE static double max(double a, double b) { return a < b ? b : a; }
   RECO_HOST_DEVICE static double exp(double x) { return ::exp(x); }
   RECO_HOST_DEVICE static double expm1(double x) { return ::expm1(x); }
+  RECO_HOST_DEVICE static double log(double x) { return ::log(x); }
   // q (1 - q) for q = exp(logq), floored: 1 - q from 1 - exp when q < 1/2 (no cancellation
   // there) and from -expm1 above, so that it is exact as q -> 1. q = 0 and q = 1 give the floor.
   RECO_HOST_DEVICE static double bernoulli_variance(double logq, double floor) {
@@ -65,6 +66,10 @@ RECO_TOKEN_MATH V vexp(const V& x) {
 template <class V>
 RECO_TOKEN_MATH V vexpm1(const V& x) {
   return lanes<V>::expm1(x);
+}
+template <class V>
+RECO_TOKEN_MATH V vlog(const V& x) {
+  return lanes<V>::log(x);
 }
 
 template <class V>

@@ -465,6 +465,13 @@ struct lanes<simd::pack<W>> {
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }  // b > a ? b : a
   static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
   static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
+  // Lane by lane through the C library (only DPPO's binary-KL region needs a log).
+  static RECO_SIMD_INLINE pack log(const pack& x) {
+    double v[W];
+    simd::store<W>(v, x);
+    for (int k = 0; k < W; ++k) v[k] = ::log(v[k]);
+    return simd::load<W>(v);
+  }
   // As lanes<double>::bernoulli_variance, with exp and expm1 from one range reduction.
   static RECO_SIMD_INLINE pack bernoulli_variance(const pack& logq, double floor) {
     const simd::exp_parts<W> e = simd::reduce_exp(logq);

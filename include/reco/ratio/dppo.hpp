@@ -10,8 +10,7 @@
 //              A > 0: D <= eps_high or p <= p_old;       A <= 0: D <= eps_low or p >= p_old
 // Tokens outside the region count as clipped. Defaults: eps 0.2 both sides, c = 20 (verl's loss
 // function without a clip_ratio_c; the peer presets verl_dppo_tv / verl_dppo_kl take
-// ActorConfig's 3). Written for one token (no pack math): the CPU runs it in the scalar loop.
-// Carries its own clipping: compose with no_clip.
+// ActorConfig's 3). Carries its own clipping: compose with no_clip.
 #pragma once
 
 #include <cmath>
@@ -62,24 +61,28 @@ struct dppo_ratio {
   static constexpr ratio_scope scope = ratio_scope::token;
   static constexpr bool self_clipped = true;
 
-  // Whether the token lies inside the trust region for an advantage of this sign.
-  RECO_HOST_DEVICE bool inside(double logp, double old_logp, bool positive) const {
-    const double p = ::exp(logp), p_old = ::exp(old_logp);
+  // Whether the token (each lane of a pack) lies inside the trust region for an advantage of
+  // this sign.
+  template <class V>
+  RECO_TOKEN_MATH detail::mask_t<V> inside(const V& logp, const V& old_logp, bool positive) const {
+    const V p = detail::vexp(logp), p_old = detail::vexp(old_logp);
     if (params.divergence == dppo_divergence::tv)
-      return positive ? p - p_old <= params.eps_high : p - p_old >= -params.eps_low;
-    const double d = p_old * (old_logp - logp) + (1.0 - p_old) * ::log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8));
-    return positive ? (d <= params.eps_high || p <= p_old) : (d <= params.eps_low || p >= p_old);
+      return positive ? p - p_old <= V(params.eps_high) : p - p_old >= V(-params.eps_low);
+    const V d = p_old * (old_logp - logp) +
+                (V(1.0) - p_old) * detail::vlog((V(1.0) - p_old + V(1e-8)) / (V(1.0) - p + V(1e-8)));
+    return positive ? (d <= V(params.eps_high) || p <= p_old) : (d <= V(params.eps_low) || p >= p_old);
   }
 
-  RECO_TOKEN_MATH surrogate_value surrogate(const token_context& c) const {
-    bool passes = true;
-    surrogate_value s;
+  template <class V>
+  RECO_TOKEN_MATH basic_surrogate_value<V> surrogate(const basic_token_context<V>& c) const {
+    detail::mask_t<V> passes;
+    basic_surrogate_value<V> s;
     s.x = detail::clamped_exp(c.logp - c.old_logp, params.log_ratio_clamp, passes);
-    const double w = s.x < params.truncation ? s.x : params.truncation;
-    const bool in = inside(c.logp, c.old_logp, c.advantage > 0);
+    const V w = detail::mind(s.x, V(params.truncation));
+    const detail::mask_t<V> in = inside(c.logp, c.old_logp, c.advantage > 0);
     s.clipped = !in && c.advantage != 0;
-    s.loss = in ? -w * c.advantage * c.logp : 0.0;
-    s.grad = in ? -w * c.advantage : 0.0;
+    s.loss = detail::select(in, -w * c.advantage * c.logp, V(0.0));
+    s.grad = detail::select(in, V(-c.advantage) * w, V(0.0));
     return s;
   }
 };
