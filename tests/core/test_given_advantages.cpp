@@ -57,24 +57,30 @@ TEST(GivenAdvantages, EveryPresetReproducesItsEstimator) {
   }
 }
 
-TEST(GivenAdvantages, ArbitraryAdvantagesMatchTheReference) {
-  for (const std::string& name : reco::registry::preset_names()) {
+// f(name, the preset around given advantages, the reference's config of it) for every preset.
+template <class F>
+void for_each_given_preset(F f) {
+  for (const std::string& name : reco::registry::preset_names())
     reco::registry::with_preset(name, [&](auto obj) {
-      const auto given = reco::with_given_advantages(obj);
       reco_ref::config cfg = reco_ref::preset(name);
       cfg.adv = reco_ref::advantage::given;
-      const auto specs = standard_specs();
-      for (std::size_t k = 1; k < specs.size(); k += 4) {
-        const master_batch m = make_batch(8000 + k, specs[k]);
-        const reco_ref::output ref = reco_ref::evaluate(to_reference(m), cfg);
-        for (bool vectorise : {true, false})
-          expect_matches(run_library<double>(given, m, {}, vectorise), ref, tolerances_for<double>(),
-                         name + " given, batch " + std::to_string(k) + path_name(vectorise));
-      }
-      check_finite_differences(given, cfg, name + " given", 8100, true);
-      check_finite_differences(given, cfg, name + " given", 8101, false);
+      f(name, reco::with_given_advantages(obj), cfg);
     });
-  }
+}
+
+TEST(GivenAdvantages, ArbitraryAdvantagesMatchTheReference) {
+  for_each_given_preset([](const std::string& name, const auto& given, const reco_ref::config& cfg) {
+    const auto specs = standard_specs();
+    for (std::size_t k = 1; k < specs.size(); k += 4) {
+      const master_batch m = make_batch(8000 + k, specs[k]);
+      const reco_ref::output ref = reco_ref::evaluate(to_reference(m), cfg);
+      for (bool vectorise : {true, false})
+        expect_matches(run_library<double>(given, m, {}, vectorise), ref, tolerances_for<double>(),
+                       name + " given, batch " + std::to_string(k) + path_name(vectorise));
+    }
+    check_finite_differences(given, cfg, name + " given", 8100, true);
+    check_finite_differences(given, cfg, name + " given", 8101, false);
+  });
 }
 
 TEST(GivenAdvantages, ParametersOtherThanTheEstimatorsAreKept) {
@@ -104,38 +110,33 @@ TEST(GivenAdvantages, NeedsNameTheGroupSize) {
 // ---- advantages per token (batch.token_advantages: GAE, token baselines) ----------------------
 
 TEST(TokenAdvantages, EveryPresetMatchesTheReference) {
-  for (const std::string& name : reco::registry::preset_names()) {
-    reco::registry::with_preset(name, [&](auto obj) {
-      const auto given = reco::with_given_advantages(obj);
-      reco_ref::config cfg = reco_ref::preset(name);
-      cfg.adv = reco_ref::advantage::given;
-      const auto specs = standard_specs();
-      for (std::size_t k = 0; k < specs.size(); k += 3) {
-        batch_spec spec = specs[k];
-        spec.token_advantages = true;
-        const master_batch m0 = make_batch(8200 + k, spec);
-        master_batch m32 = m0;
-        round_to<float>(m32);
-        const reco_ref::output ref64 = reco_ref::evaluate(to_reference(m0), cfg);
-        const reco_ref::output ref32 = reco_ref::evaluate(to_reference(m32), cfg);
-        const std::string label = name + " token advantages, batch " + std::to_string(k);
-        for (bool vectorise : {true, false}) {
-          const library_output lib = run_library<double>(given, m0, {}, vectorise);
-          expect_matches(lib, ref64, tolerances_for<double>(), label + path_name(vectorise));
-          expect_matches(run_library<float>(given, m32, {}, vectorise), ref32, tolerances_for<float>(),
-                         label + " float" + path_name(vectorise));
-          for (std::size_t t = 0; t < m0.mask.size(); ++t) {
-            if (!m0.mask[t]) {
-              ASSERT_EQ(lib.grad_logp[t], 0.0) << label << ": masked token " << t;
-            }
+  for_each_given_preset([](const std::string& name, const auto& given, const reco_ref::config& cfg) {
+    const auto specs = standard_specs();
+    for (std::size_t k = 0; k < specs.size(); k += 3) {
+      batch_spec spec = specs[k];
+      spec.token_advantages = true;
+      const master_batch m0 = make_batch(8200 + k, spec);
+      master_batch m32 = m0;
+      round_to<float>(m32);
+      const reco_ref::output ref64 = reco_ref::evaluate(to_reference(m0), cfg);
+      const reco_ref::output ref32 = reco_ref::evaluate(to_reference(m32), cfg);
+      const std::string label = name + " token advantages, batch " + std::to_string(k);
+      for (bool vectorise : {true, false}) {
+        const library_output lib = run_library<double>(given, m0, {}, vectorise);
+        expect_matches(lib, ref64, tolerances_for<double>(), label + path_name(vectorise));
+        expect_matches(run_library<float>(given, m32, {}, vectorise), ref32, tolerances_for<float>(),
+                       label + " float" + path_name(vectorise));
+        for (std::size_t t = 0; t < m0.mask.size(); ++t) {
+          if (!m0.mask[t]) {
+            ASSERT_EQ(lib.grad_logp[t], 0.0) << label << ": masked token " << t;
           }
-          if (::testing::Test::HasFatalFailure()) return;
         }
+        if (::testing::Test::HasFatalFailure()) return;
       }
-      check_finite_differences(given, cfg, name + " token advantages", 8300, true, true);
-      check_finite_differences(given, cfg, name + " token advantages", 8301, false, true);
-    });
-  }
+    }
+    check_finite_differences(given, cfg, name + " token advantages", 8300, true, true);
+    check_finite_differences(given, cfg, name + " token advantages", 8301, false, true);
+  });
 }
 
 // A_t = A_i at every token of response i is the per-response call (to rounding): the per-token

@@ -63,19 +63,47 @@ class StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             self.prepare(module)
 
 
-def import_peer_or_skip(package, modules, standins, test, require_env):
-    """Imports ``modules`` (dotted names) of an installed peer ``package`` behind ``standins`` and
-    returns them. Without the package the test is skipped (exit code 0, with a message) unless
-    the environment variable ``require_env`` is set, which makes it an error."""
-    import importlib
+def _find_peer_or_skip(package, test, require_env):
+    """The import spec of an installed peer ``package``. Without it the test is skipped (exit code
+    0, with a message) unless the environment variable ``require_env`` is set (an error)."""
     import importlib.util
     import os
     import sys
 
-    if importlib.util.find_spec(package) is None:
+    spec = importlib.util.find_spec(package)
+    if spec is None:
         if os.environ.get(require_env):
             raise SystemExit(f"{test}: {package} is not installed ({require_env} is set)")
         print(f"{test}: {package} is not installed; skipped")
         sys.exit(0)
+    return spec
+
+
+def import_peer_or_skip(package, modules, standins, test, require_env):
+    """Imports ``modules`` (dotted names) of an installed peer ``package`` behind ``standins`` and
+    returns them (skipped as _find_peer_or_skip says)."""
+    import importlib
+    import sys
+
+    _find_peer_or_skip(package, test, require_env)
     sys.meta_path.insert(0, standins)
     return [importlib.import_module(m) for m in modules]
+
+
+def load_peer_module_or_skip(package, subpackage, module, standins, test, require_env):
+    """Imports ``package.subpackage.module`` of an installed peer behind ``standins`` without
+    running the ``__init__`` files of ``package`` and ``package.subpackage`` (bare package modules
+    stand in their place, so only the module and what it imports run: the loss code without the
+    trainers and kernels the package's ``__init__`` pulls in). Skipped as _find_peer_or_skip says."""
+    import importlib
+    import os
+    import sys
+    import types
+
+    root = _find_peer_or_skip(package, test, require_env).submodule_search_locations[0]
+    sys.meta_path.insert(0, standins)
+    for name, path in ((package, root), (f"{package}.{subpackage}", os.path.join(root, subpackage))):
+        bare = types.ModuleType(name)
+        bare.__path__ = [path]
+        sys.modules[name] = bare
+    return importlib.import_module(f"{package}.{subpackage}.{module}")

@@ -10,37 +10,19 @@ run), and ``torch._dynamo`` (imported by the base module, never called by the lo
 stood in for when this torch has none. Skipped (exit code 0, with a message) only when
 liger-kernel is not installed and RECO_REQUIRE_LIGER is unset.
 """
-import importlib
 import importlib.util
-import os
 import sys
-import types
 import unittest
 
 import torch
 
-from standins import StandIns
+from standins import StandIns, load_peer_module_or_skip
 
 
-def _load_liger_grpo():
-    spec = importlib.util.find_spec("liger_kernel")
-    if spec is None:
-        if os.environ.get("RECO_REQUIRE_LIGER"):
-            raise SystemExit("test_liger: liger-kernel is not installed (RECO_REQUIRE_LIGER is set)")
-        print("test_liger: liger-kernel is not installed; skipped")
-        sys.exit(0)
-    if importlib.util.find_spec("torch._dynamo") is None:
-        sys.meta_path.insert(0, StandIns(set(), prefixes=("torch._dynamo",)))
-    # Bare package modules: importing a submodule then runs that file only.
-    root = spec.submodule_search_locations[0]
-    for name, path in (("liger_kernel", root), ("liger_kernel.chunked_loss", os.path.join(root, "chunked_loss"))):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [path]
-        sys.modules[name] = pkg
-    return importlib.import_module("liger_kernel.chunked_loss.grpo_loss")
-
-
-grpo_loss = _load_liger_grpo()
+# torch._dynamo is stood in for only where this torch has none (torch 1.x).
+_DYNAMO = StandIns(set(), prefixes=("torch._dynamo",) if importlib.util.find_spec("torch._dynamo") is None else ())
+grpo_loss = load_peer_module_or_skip("liger_kernel", "chunked_loss", "grpo_loss", _DYNAMO, "test_liger",
+                                     "RECO_REQUIRE_LIGER")
 ppo_loss_fn = grpo_loss.LigerFusedLinearGRPOFunction.ppo_loss_fn
 
 import reco  # noqa: E402

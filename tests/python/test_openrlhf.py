@@ -9,37 +9,18 @@ advantages are per token (``[B, T]``): broadcast outcome advantages and varying 
 both checked, the latter through ``token_advantages``. Skipped (exit code 0, with a message) only
 when openrlhf is not installed and RECO_REQUIRE_OPENRLHF is unset.
 """
-import importlib
-import importlib.util
-import os
 import sys
-import types
 import unittest
 
 import torch
 
-from standins import StandIns
+from standins import StandIns, load_peer_module_or_skip
 
 
-def _load_openrlhf_loss():
-    spec = importlib.util.find_spec("openrlhf")
-    if spec is None:
-        if os.environ.get("RECO_REQUIRE_OPENRLHF"):
-            raise SystemExit("test_openrlhf: openrlhf is not installed (RECO_REQUIRE_OPENRLHF is set)")
-        print("test_openrlhf: openrlhf is not installed; skipped")
-        sys.exit(0)
-    sys.meta_path.insert(0, StandIns({"deepspeed"}))
-    if not hasattr(torch, "compile"):  # torch 1.x: the utils module decorates helpers with it (no effect on results)
-        torch.compile = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
-    root = spec.submodule_search_locations[0]
-    for name, path in (("openrlhf", root), ("openrlhf.models", os.path.join(root, "models"))):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [path]
-        sys.modules[name] = pkg
-    return importlib.import_module("openrlhf.models.loss")
-
-
-loss_module = _load_openrlhf_loss()
+if not hasattr(torch, "compile"):  # torch 1.x: the utils module decorates helpers with it (no effect on results)
+    torch.compile = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+loss_module = load_peer_module_or_skip("openrlhf", "models", "loss", StandIns({"deepspeed"}), "test_openrlhf",
+                                       "RECO_REQUIRE_OPENRLHF")
 
 import reco  # noqa: E402
 
