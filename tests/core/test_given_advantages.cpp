@@ -214,6 +214,19 @@ TEST(TokenAdvantages, BadInputIsNamed) {
   const reco::objective_result r0 = given(reco::cpu{}, tb.view(), reco::gradients<double>{g, {}}, ws);
   EXPECT_EQ(rm.loss, r0.loss);
   EXPECT_EQ(gm[masked_t], 0.0);
+
+  // A batch without tokens reads no advantage: neither input is needed (its token advantages
+  // would be empty too), and the loss is 0.
+  const std::vector<index_t> offsets{0, 0, 0, 0};
+  const std::vector<index_t> groups{0, 3};
+  reco::batch_view<double> none;
+  none.layout = reco::packed(offsets);
+  none.group_offsets = groups;
+  std::vector<double> g0;
+  const auto reco_given = reco::with_given_advantages(reco::presets::reco{});
+  const reco::objective_result r = reco_given(reco::cpu{}, none, reco::gradients<double>{g0, {}}, ws);
+  EXPECT_EQ(r.loss, 0.0);
+  EXPECT_EQ(r.stats.valid_tokens, 0);
 }
 
 }  // namespace

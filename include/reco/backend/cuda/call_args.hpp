@@ -45,7 +45,9 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
   using adv_t = typename Obj::advantage_type;
   constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
-  const detail::input_checks checks = checks_of<Obj>();
+  detail::input_checks checks = checks_of<Obj>();
+  // Given advantages may be absent only from a batch without tokens (nothing reads them there).
+  checks.advantages = checks.advantages && b.advantages != nullptr;
   const bool kept_denominator = obj.kept_denominator();
   const bool with_finalize = p.finalize_grid > 0;
 
