@@ -115,7 +115,8 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
      RECO_REQUIRE_TRL=1 "$venv/bin/python" "$root/tests/python/test_trl.py" &&
      RECO_REQUIRE_LIGER=1 "$venv/bin/python" "$root/tests/python/test_liger.py" &&
      RECO_REQUIRE_OPENRLHF=1 "$venv/bin/python" "$root/tests/python/test_openrlhf.py" &&
-     "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops")
+     "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops" &&
+     "$venv/bin/python" "$root/tests/torch/test_compose_ops.py" "$ops")
   end_stage "python package: build + tests"
 fi
 

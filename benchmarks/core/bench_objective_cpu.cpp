@@ -1,4 +1,5 @@
-// The per-token objective on the CPU backend: presets grpo, reco, dapo and rule_80_20 over
+// The per-token objective on the CPU backend: presets grpo, reco, dapo and rule_80_20 (and each
+// as a composition chosen at run time, "composed_cpu/...") over
 // ragged batches of about 8K, 256K, 4M and (packed only) 16M tokens (G = 8), with the token pass
 // on packs (".../packed", the default: SIMD, dispatched at run time to the widest instruction set
 // the CPU runs, RECO_SIMD_LEVEL=baseline|avx2 caps it) and token by token (".../scalar",
@@ -21,6 +22,7 @@
 #endif
 
 #include "core/batch_fixture.hpp"
+#include "reco/composition.hpp"
 #include "reco/reco.hpp"
 
 namespace {
@@ -144,16 +146,16 @@ void bm_copy(benchmark::State& state) {
   state.counters["threads"] = omp_threads();
 }
 
-template <class Obj, bool Packed>
-void bm_objective(benchmark::State& state) {
+// One call per iteration of `obj` (Preset's components, fixed or composed at run time).
+template <class Preset, class Obj>
+void run_objective(benchmark::State& state, const Obj& obj, bool packed) {
   const auto batch = reco_bench::make_token_batch(state.range(0));
   auto grad = batch.grad;
-  std::vector<float> grad_entropy(Obj::has_entropy_gradient ? batch.grad.size() : 0);
-  const traffic t = compulsory_traffic<Obj>(batch, grad, grad_entropy);
-  Obj obj;
+  std::vector<float> grad_entropy(Preset::has_entropy_gradient ? batch.grad.size() : 0);
+  const traffic t = compulsory_traffic<Preset>(batch, grad, grad_entropy);
   reco::workspace<reco::cpu> ws;
   reco::cpu backend;
-  backend.vectorise = Packed;
+  backend.vectorise = packed;
   const auto view = batch.view();
   for (auto _ : state) {
     const auto r = obj(backend, view, reco::gradients<float>{grad, grad_entropy}, ws);
@@ -166,6 +168,19 @@ void bm_objective(benchmark::State& state) {
   state.counters["tokens"] = n;
   state.counters["bytes"] = t.total();
   state.counters["threads"] = omp_threads();
+}
+
+template <class Obj, bool Packed>
+void bm_objective(benchmark::State& state) {
+  run_objective<Obj>(state, Obj{}, Packed);
+}
+
+// The same preset as a composition (reco/composition.hpp): one compiled objective whose slots
+// switch at run time, with the preset's components and constants. Against objective_cpu/<preset>
+// in the same run, it prices the run-time choice (target: at most 1.3 times the preset's time).
+template <class Preset>
+void bm_composed(benchmark::State& state) {
+  run_objective<Preset>(state, reco::composed_from(Preset{}), true);
 }
 
 #define RECO_OBJECTIVE_BENCH_PATH(preset, packed, path)                                           \
@@ -185,6 +200,13 @@ void bm_objective(benchmark::State& state) {
       ->Name("copy_cpu/" #preset)                                                             \
       ->Arg(4 << 20)                                                                          \
       ->Arg(16 << 20)                                                                         \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
+  BENCHMARK_TEMPLATE(bm_composed, reco::presets::preset)                                      \
+      ->Name("composed_cpu/" #preset "/packed")                                               \
+      ->Arg(8 << 10)                                                                          \
+      ->Arg(256 << 10)                                                                        \
+      ->Arg(4 << 20)                                                                          \
       ->Unit(benchmark::kMillisecond)                                                         \
       ->UseRealTime();
 

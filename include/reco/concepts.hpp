@@ -38,6 +38,19 @@ struct has_ratio_surrogate<
     C, std::void_t<decltype(std::declval<const C&>().surrogate(std::declval<const token_context&>()))>>
     : std::true_type {};
 
+// Stands for a clip policy in the check below (never defined or called).
+struct no_clip_probe {
+  template <class V>
+  basic_surrogate_value<V> apply(const basic_ratio_value<V>&, const basic_token_context<V>&) const;
+};
+// A ratio form selectable at run time computes the surrogate with the clip slot (surrogate_with).
+template <class C, class = void>
+struct has_selectable_surrogate : std::false_type {};
+template <class C>
+struct has_selectable_surrogate<C, std::void_t<decltype(std::declval<const C&>().surrogate_with(
+                                       std::declval<const no_clip_probe&>(), std::declval<const token_context&>()))>>
+    : std::true_type {};
+
 template <class C, class = void>
 struct has_advantage_members : std::false_type {};
 template <class C>
@@ -73,7 +86,8 @@ inline constexpr bool is_advantage_estimator_v =
 template <class C>
 inline constexpr bool is_ratio_form_v =
     detail::declares_role<C, roles::ratio_form>::value &&
-    (detail::has_ratio_eval<C>::value || detail::has_ratio_surrogate<C>::value);
+    (detail::has_ratio_eval<C>::value || detail::has_ratio_surrogate<C>::value ||
+     detail::has_selectable_surrogate<C>::value);
 template <class C>
 inline constexpr bool is_clip_policy_v =
     detail::declares_role<C, roles::clip_policy>::value && detail::has_clip_apply<C>::value;

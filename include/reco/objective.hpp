@@ -23,6 +23,7 @@
 #include "reco/batch.hpp"
 #include "reco/clip/no_clip.hpp"
 #include "reco/concepts.hpp"
+#include "reco/detail/slot_traits.hpp"
 #include "reco/entropy/entropy_bonus.hpp"
 #include "reco/entropy/no_entropy_bonus.hpp"
 #include "reco/kl/no_kl.hpp"
@@ -116,6 +117,12 @@ class objective {
       entropy_type::active;
   static constexpr bool needs_response_weights = Weight::reads_response_weights;
   static constexpr bool has_entropy_gradient = entropy_type::active;
+  // The constants above are what the component types may need; needs() is what this object
+  // needs in a call (they agree unless a component is selectable at run time).
+  static constexpr bool has_selectable_slot =
+      detail::is_selectable_v<Advantage> || detail::is_selectable_v<Ratio> || detail::is_selectable_v<Clip> ||
+      detail::is_selectable_v<Weight> || detail::is_selectable_v<selector_type> ||
+      detail::is_selectable_v<kl_type> || detail::is_selectable_v<entropy_type>;
 
   Advantage advantage{};
   Ratio ratio{};
@@ -128,9 +135,24 @@ class objective {
 
   bool kept_denominator() const {
     if constexpr (selector_type::active && !is_covariance_selection_v<selector_type>)
-      return select.params.denominator == selection_denominator::kept;
+      return detail::term_on(select) && detail::term_of(select).params.denominator == selection_denominator::kept;
     else
       return false;
+  }
+
+  // What a call of this objective reads and writes.
+  objective_needs needs() const {
+    objective_needs n;
+    n.rewards = needs_rewards;
+    n.advantages = needs_advantages;
+    n.ref_logp = detail::term_on(kl);
+    bool selects = false;
+    if constexpr (!is_covariance_selection_v<selector_type>) selects = detail::term_on(select);
+    n.entropy = selects || detail::clip_needs_entropy(clip) || detail::term_on(entropy);
+    n.response_weights = detail::reads_response_weights(weight);
+    n.entropy_gradient = detail::term_on(entropy);
+    n.group_size = detail::reads_group_size(weight);
+    return n;
   }
 
   // A copy with every component's derived constants computed (what the algorithms receive).
@@ -149,6 +171,14 @@ class objective {
 
   // Throws reco::error naming the first parameter out of range ("clip.params.eps_low", ...).
   void validate() const {
+    if constexpr (detail::is_selectable_v<Ratio>) {
+      // The static check of fixed components, made on the chosen ones.
+      bool clips = false;
+      if constexpr (detail::is_selectable_v<Clip>) clips = clip.clips_now();
+      else clips = !std::is_same_v<Clip, no_clip>;
+      if (ratio.self_clips() && clips)
+        detail::fail("clip.kind", "must be none: the chosen ratio form carries its own clipping (or none)");
+    }
     detail::validate_component(advantage, "advantage");
     detail::validate_component(ratio, "ratio");
     detail::validate_component(clip, "clip");
@@ -169,8 +199,9 @@ class objective {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "reco::objective: per-token values must be float or double");
     validate();
-    detail::validate_batch(batch, grads, norm, needs_rewards, needs_advantages, needs_ref_logp, needs_entropy,
-                           needs_response_weights, has_entropy_gradient);
+    const objective_needs n = needs();
+    detail::validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
+                           n.entropy_gradient);
     if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
     detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
     detail::validate_token_advantages(batch, Backend::host_accessible);
@@ -199,8 +230,9 @@ class objective {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "reco::objective: per-token values must be float or double");
     validate();
-    detail::validate_batch(batch, grads, normalisers{}, needs_rewards, needs_advantages, needs_ref_logp,
-                           needs_entropy, needs_response_weights, has_entropy_gradient);
+    const objective_needs n = needs();
+    detail::validate_batch(batch, grads, normalisers{}, n.rewards, n.advantages, n.ref_logp, n.entropy,
+                           n.response_weights, n.entropy_gradient);
     detail::validate_offsets_host(batch);
     detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), true);
     detail::validate_token_advantages(batch, true);

@@ -26,8 +26,12 @@ struct objective_needs {
   bool group_size = false;        // the response weight reads G (group offsets or a group size)
 };
 
+// What an objective type reads (a fixed composition: every call alike). An objective with a
+// component selectable at run time answers per object: needs_of(obj).
 template <class Objective>
 constexpr objective_needs needs_of() {
+  static_assert(!Objective::has_selectable_slot,
+                "reco::needs_of<Objective>(): a component is selectable at run time; use needs_of(obj)");
   objective_needs n;
   n.rewards = Objective::needs_rewards;
   n.advantages = Objective::needs_advantages;
@@ -37,6 +41,12 @@ constexpr objective_needs needs_of() {
   n.entropy_gradient = Objective::has_entropy_gradient;
   n.group_size = weight_reads_group_size<typename Objective::weight_type>::value;
   return n;
+}
+
+// What this objective object reads (its selectable components as chosen).
+template <class Objective>
+objective_needs needs_of(const Objective& obj) {
+  return obj.needs();
 }
 
 RECO_NAMESPACE_END

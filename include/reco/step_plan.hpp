@@ -52,6 +52,7 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
+#include "reco/detail/slot_traits.hpp"
 #include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
 #include "reco/validate.hpp"
@@ -282,7 +283,7 @@ inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& f
 template <class Obj>
 bool summary_has_histogram(const Obj& obj) {
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>) return false;
-  else if constexpr (Obj::selector_type::active) return !obj.select.params.use_given;
+  else if constexpr (Obj::selector_type::active) return term_on(obj.select) && !term_of(obj.select).params.use_given;
   else return false;
 }
 
@@ -469,8 +470,8 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
     fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
                  "(step plan) is not supported");
-  validate_inputs(batch, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp, Obj::needs_entropy,
-                  Obj::needs_response_weights);
+  const objective_needs needs = obj.needs();
+  validate_inputs(batch, needs.rewards, needs.advantages, needs.ref_logp, needs.entropy, needs.response_weights);
   validate_offsets_host(batch);
   validate_rollout_logp(batch, weight_reads_rollout_logp(obj.weight), true);
   validate_token_advantages(batch, true);
@@ -490,12 +491,12 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
 
   const batch_pointers<T> b = pointers_of(batch);
   plan_reads reads;
-  reads.old_mean = weight_needs_old_mean<typename Obj::weight_type>::value;
-  reads.entropy = Obj::selector_type::active && !histogram;  // else checked by the histogram pass
+  reads.old_mean = needs_old_mean(obj.weight);
+  reads.entropy = term_on(obj.select) && !histogram;  // else checked by the histogram pass
   const plan_scan_fn<T> scan{b, reads};
   const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
   const std::uint32_t input_bit = Obj::needs_rewards ? bad_rewards : bad_advantages;
-  const T* given = Obj::weight_type::reads_response_weights ? b.response_weights : nullptr;
+  const T* given = needs.response_weights ? b.response_weights : nullptr;
   std::uint32_t bits = 0;
   double* body = s.values.data() + plan_header;
   for (index_t g = 0; g < b.groups; ++g) {
@@ -623,7 +624,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   batch_partial_fn<double> bp{b, r, reads_rewards};
   for (index_t i = 0; i < R; ++i) s.batch = batch_partial::merge(s.batch, bp(i));
   batch_stats_fn<O>{&s, obj}(0);
-  if (adv_t::batch_stage != advantage_batch_stage::none ||
+  if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
       obj.weight.normalisation() == weight_normalisation::batch_mean) {
     finalize_response_fn<O> fin{obj, r, &s};
     for (index_t i = 0; i < R; ++i) fin(i);
@@ -642,7 +643,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     detail::fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
                          "(step plan) is not supported");
   } else if constexpr (O::selector_type::active) {
-    const auto& p = obj.select.params;
+    if (!term_on(obj.select)) return plan;  // a selectable selector that is off
+    const auto& p = term_of(obj.select).params;
     plan.has_selection_ = true;
     plan.kept_denominator_ = obj.kept_denominator();
     plan.select_ = p;

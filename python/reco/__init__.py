@@ -25,7 +25,9 @@ level): ``pass_at_k``, ``pass_at_k_curve``, ``sentence_bleu``, ``self_bleu``,
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -62,8 +64,109 @@ def peer_presets() -> Dict[str, str]:
 
 
 def override_keys(preset: str) -> List[str]:
-    """The keys ``overrides`` may set for ``preset`` ("<component>.<field>")."""
+    """The keys ``overrides`` may set for ``preset`` ("<component>.<field>"), or for a
+    composition (``compose``): the keys of its chosen components."""
     return list(_ops.override_keys(preset))
+
+
+@functools.lru_cache(maxsize=256)
+def has_kl_term(preset: str) -> bool:
+    """Whether ``preset`` (or a composition) has a KL term of its own. Every preset takes the
+    ``kl.*`` keys on CPU tensors; one without a KL term gains it only when a key sets it."""
+    if "=" in preset:
+        return "kl=kl_penalty" in re.split(r"[ ,;\t]+", preset.replace("compose:", ""))
+    if preset in ("clip_cov", "kl_cov"):
+        return False  # covariance selection: no composition, no KL term
+    return "kl=kl_penalty" in as_composition(preset)[0].split()
+
+
+def composition_slots() -> Dict[str, List[str]]:
+    """The slots of a composition and the kinds each takes (the first is the default)."""
+    out: Dict[str, List[str]] = {}
+    for entry in _ops.composition_slots():
+        slot, kinds = entry.split("=", 1)
+        out[slot] = kinds.split("|")
+    return out
+
+
+def compose(**slots: str) -> str:
+    """Any objective without compiling: a component named for each slot, e.g.
+
+        name = reco.compose(advantage="rloo", ratio="variance", clip="ppo",
+                            weight="expected_count", aggregate="token_mean", kl="kl_penalty")
+        out = reco.policy_loss(name, logp, ..., overrides={"clip.eps_high": 0.28})
+
+    Slots (``composition_slots()``): advantage, ratio, clip, weight, aggregate, select, kl,
+    entropy; a slot left out takes its default. The name is accepted wherever a preset name is
+    (CPU tensors), and ``overrides`` set the chosen components' parameters
+    (``override_keys(name)``). The result equals the same components composed in C++
+    (docs/composition.md)."""
+    known = composition_slots()
+    for slot, kind in slots.items():
+        if slot not in known:
+            raise ValueError(f"compose: '{slot}' is not a slot (slots: {', '.join(known)})")
+        if kind not in known[slot]:
+            raise ValueError(f"compose: {slot}='{kind}' is not a kind of this slot (kinds: {', '.join(known[slot])})")
+    return " ".join(f"{slot}={slots[slot]}" for slot in known if slot in slots)
+
+
+def as_composition(preset: str) -> Tuple[str, Dict[str, float]]:
+    """A preset (or peer preset) spelled as a composition: ``(name, overrides)`` such that
+    ``policy_loss(name, ..., overrides=overrides)`` computes what ``policy_loss(preset, ...)``
+    does (its components by name, its constants as keys): a starting point to vary one slot."""
+    flat = list(_ops.as_composition(preset))
+    overrides = {}
+    for entry in flat[1:]:
+        key, value = entry.split("=", 1)
+        overrides[key] = float(value)
+    return flat[0], overrides
+
+
+def load_objective(config) -> Tuple[str, Dict[str, float]]:
+    """An objective from a config: a dict, or the path of a JSON file, of the form
+
+        {"preset": "dapo"}                       or
+        {"objective": {"advantage": "grpo", "ratio": "variance", ...}}
+        plus optional "overrides": {"clip.eps_high": 0.28, ...}
+
+    Returns ``(name, overrides)`` for ``policy_loss(name, ..., overrides=overrides)``. A choice
+    parameter may be given by its label ("clip.dual_clip": "hard") or its index."""
+    if isinstance(config, (str, os.PathLike)):
+        import json
+        with open(config, "r", encoding="utf-8") as f:
+            config = json.load(f)
+    if not isinstance(config, dict):
+        raise ValueError("load_objective: the config must be a dict or a JSON file of one")
+    unknown = set(config) - {"preset", "objective", "overrides"}
+    if unknown:
+        raise ValueError(f"load_objective: unknown entries {sorted(unknown)} (expected preset or objective, overrides)")
+    if ("preset" in config) == ("objective" in config):
+        raise ValueError("load_objective: give exactly one of 'preset' and 'objective'")
+    name = config["preset"] if "preset" in config else compose(**config["objective"])
+    overrides: Dict[str, float] = {}
+    for key, value in (config.get("overrides") or {}).items():
+        overrides[key] = _choice_index(name, key, value) if isinstance(value, str) else float(value)
+    return name, overrides
+
+
+def choice_labels(preset: str) -> Dict[str, List[str]]:
+    """The parameters of ``preset`` (or of a composition) that are choices, as key -> labels;
+    ``overrides`` take a choice by its index in the list."""
+    out: Dict[str, List[str]] = {}
+    for entry in _ops.choice_labels(preset):
+        key, labels = entry.split("=", 1)
+        out[key] = labels.split("|")
+    return out
+
+
+def _choice_index(name: str, key: str, label: str) -> float:
+    labels = choice_labels(name)
+    if key not in labels:
+        raise ValueError(f"load_objective: overrides.{key} = '{label}': not a choice parameter of '{name}' "
+                         "(give a number)")
+    if label not in labels[key]:
+        raise ValueError(f"load_objective: overrides.{key} = '{label}' is not one of {', '.join(labels[key])}")
+    return float(labels[key].index(label))
 
 
 def stat_names() -> List[str]:

@@ -52,10 +52,12 @@ library_output run_library(const Obj& obj, const master_batch& m, const reco::no
   std::vector<T> g(m.logp.size(), T(-5)), gh(m.logp.size(), T(-5));
   reco::workspace<reco::cpu> ws;
   library_output out;
+  // needs(): an objective with a selectable entropy term writes its gradient only while it is on.
+  const bool entropy_gradient = obj.needs().entropy_gradient;
   out.result = obj(cpu_backend(vectorise), tb.view(),
-                   reco::gradients<T>{g, Obj::has_entropy_gradient ? reco::span<T>(gh) : reco::span<T>()}, ws, norm);
+                   reco::gradients<T>{g, entropy_gradient ? reco::span<T>(gh) : reco::span<T>()}, ws, norm);
   out.grad_logp.assign(g.begin(), g.end());
-  if (Obj::has_entropy_gradient) out.grad_entropy.assign(gh.begin(), gh.end());
+  if (entropy_gradient) out.grad_entropy.assign(gh.begin(), gh.end());
   return out;
 }
 

@@ -67,7 +67,7 @@ def liger_loss_and_grad(new, mask, adv, old, ref, **cfg):
 
 def reco_loss_and_grad(preset, new, mask, adv, old, ref, **kw):
     x = new.clone().requires_grad_(True)
-    if any(k.startswith("kl.") for k in reco.override_keys(preset)):
+    if reco.has_kl_term(preset) or any(k.startswith("kl.") for k in kw.get("overrides", {})):
         kw["ref_logp"] = ref  # read by the preset's KL term (beta 0: contributes 0)
     out = reco.policy_loss(preset, x, old_logp=old, mask=mask, advantages=adv, **kw)
     out.loss.backward()

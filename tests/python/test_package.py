@@ -43,6 +43,38 @@ class Package(unittest.TestCase):
                 self.assertEqual(list(stats), reco.stat_names())
                 self.assertEqual(stats[reco.stat_names()[0]], out.stats[0].item())
 
+    def test_compositions_by_name_and_config(self):
+        import json
+        import tempfile
+        b = formulas.make_batch(5)
+        # The reco preset spelled as a composition, by compose() and by a JSON config with a choice
+        # given by its label: bit for bit the preset.
+        name = reco.compose(advantage="grpo", ratio="variance", clip="ppo", weight="expected_count", kl="kl_penalty")
+        self.assertEqual(name, "advantage=grpo ratio=variance clip=ppo weight=expected_count kl=kl_penalty")
+        keys = {"clip.dual_clip_c": 3.0, "weight.cap": 10.0}
+        want = reco.policy_loss("reco", b["logp"], **inputs(b)).loss
+        got = reco.policy_loss(name, b["logp"], overrides={**keys, "clip.dual_clip": 1.0}, **inputs(b)).loss
+        self.assertTrue(torch.equal(got, want))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "objective.json")
+            with open(path, "w") as f:
+                json.dump({"objective": {"advantage": "grpo", "ratio": "variance", "weight": "expected_count",
+                                         "kl": "kl_penalty"},
+                           "overrides": {**keys, "clip.dual_clip": "hard"}}, f)
+            cname, coverrides = reco.load_objective(path)
+        self.assertEqual(coverrides["clip.dual_clip"], 1.0)
+        self.assertTrue(torch.equal(reco.policy_loss(cname, b["logp"], overrides=coverrides, **inputs(b)).loss, want))
+        # as_composition: a preset's spelling reproduces it; varying one slot changes the loss.
+        pname, pover = reco.as_composition("reco")
+        self.assertTrue(torch.equal(reco.policy_loss(pname, b["logp"], overrides=pover, **inputs(b)).loss, want))
+        self.assertIn("variance", reco.composition_slots()["ratio"])
+        self.assertEqual(reco.choice_labels("grpo")["clip.dual_clip"], ["off", "hard", "soft"])
+        for bad in (lambda: reco.compose(rato="token"), lambda: reco.compose(ratio="varience"),
+                    lambda: reco.load_objective({"objective": {"ratio": "token"}, "preset": "grpo"}),
+                    lambda: reco.load_objective({"preset": "grpo", "overrides": {"clip.dual_clip": "firm"}})):
+            with self.assertRaises(ValueError):
+                bad()
+
     def test_overrides_change_the_loss(self):
         b = formulas.make_batch(3)
         self.assertIn("clip.eps_high", reco.override_keys("grpo"))

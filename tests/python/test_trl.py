@@ -189,7 +189,7 @@ def trl_loss_and_grad(trainer, inputs, logp, entropy):
 
 def reco_loss_and_grad(preset, inputs, logp, mask, **kw):
     x = logp.clone().requires_grad_(True)
-    if "ref_logp" not in kw and any(k.startswith("kl.") for k in reco.override_keys(preset)):
+    if "ref_logp" not in kw and (reco.has_kl_term(preset) or any(k.startswith("kl.") for k in kw.get("overrides", {}))):
         kw["ref_logp"] = inputs["ref_per_token_logps"]  # read by the preset's KL term (beta 0: contributes 0)
     out = reco.policy_loss(preset, x, old_logp=inputs["old_per_token_logps"], mask=mask,
                            advantages=inputs["advantages"], **kw)

@@ -121,7 +121,11 @@ TEST_F(Errors, PresetsAndOverrides) {
   EXPECT_EQ(run("grpoo", none), "preset");
   EXPECT_EQ(run("grpo", none, false, {{"clip.eps_lo", 0.1}}), "overrides.clip.eps_lo");
   EXPECT_EQ(run("grpo", none, false, {{"weight.cap", 5}}), "overrides.weight.cap");  // grpo has no weight cap
-  EXPECT_EQ(run("dapo", none, false, {{"kl.beta", 0.1}}), "overrides.kl.beta");      // dapo has no KL term
+  // dapo has no KL term of its own: a kl.* key adds one (CPU tensors), which then reads ref_logp
+  // (issue 11: KL selectable by key for every preset; this line expected an error before).
+  EXPECT_EQ(run("dapo", none, false, {{"kl.beta", 0.1}}), "");
+  EXPECT_EQ(run("dapo", [](policy_inputs& in) { in.ref_logp = at::Tensor(); }, false, {{"kl.beta", 0.1}}), "ref_logp");
+  EXPECT_EQ(run("dapo", none, false, {{"kl.bta", 0.1}}), "overrides.kl.bta");
   EXPECT_EQ(run("grpo", none, false, {{"eps", 0.1}}), "overrides.eps");
   EXPECT_EQ(run("grpo", none, false, {{"kl.clamp", 0.5}}), "overrides.kl.clamp");          // a flag
   EXPECT_EQ(run("grpo", none, false, {{"clip.dual_clip", 3}}), "overrides.clip.dual_clip"); // a choice

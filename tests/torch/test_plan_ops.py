@@ -1,6 +1,6 @@
 """Split steps from Python: torch.ops.reco.plan_summary / planned_policy_loss with
 torch.distributed (gloo, 2 processes, file rendezvous), micro-batches with a group across them and
-an 80/20 cut with ties. The DDP-averaged gradient and the average of the ranks' losses must equal
+an 80/20 cut with ties, presets and a composition. The DDP-averaged gradient and the average of the ranks' losses must equal
 one call on the whole step (float64: 1e-12 relative). Also the loop of docs/distributed.md.
 
 Usage: python3 test_plan_ops.py <path to libreco_torch_ops.so>   (ctest passes it)
@@ -81,7 +81,9 @@ def rank_main(rank, world, path, result_dir):
     s = make_step()
     cuts = [0, 3, 3, s["R"] // 2 + 1, s["R"] - 2, s["R"]]  # 5 parts: an empty one, groups across parts
     failures = []
-    for step, preset in enumerate(["grpo", "dr_grpo", "reco", "rule_80_20", "rule_80_20_reco", "dapo_reco"]):
+    composed = ("advantage=rloo ratio=variance clip=ppo weight=expected_count aggregate=seq_mean_token_sum_norm "
+                "select=top_entropy kl=kl_penalty")  # a composition (docs/composition.md)
+    for step, preset in enumerate(["grpo", "dr_grpo", "reco", "rule_80_20", "rule_80_20_reco", "dapo_reco", composed]):
         mine = [micro_batch(s, cuts[p], cuts[p + 1]) for p in range(len(cuts) - 1) if p % world == rank]
         loss = planned_step(reco, preset, mine, step + 1, s["R"])
         grad = torch.zeros(s["N"] + 1, dtype=torch.float64)

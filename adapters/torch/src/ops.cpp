@@ -151,6 +151,9 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logit
 
 std::vector<std::string> stat_names_op() { return reco::torch::stat_names(); }
 std::vector<std::string> presets_op() { return reco::torch::preset_names(); }
+std::vector<std::string> composition_slots_op() { return reco::torch::composition_slots(); }
+std::vector<std::string> choice_labels_op(const std::string& preset) { return reco::torch::choice_labels(preset); }
+std::vector<std::string> as_composition_op(const std::string& preset) { return reco::torch::as_composition(preset); }
 // The peer presets as a flat list: name, base, name, base, ...
 std::vector<std::string> peer_presets_op() {
   std::vector<std::string> out;
@@ -191,6 +194,9 @@ TORCH_LIBRARY(reco, m) {
         &token_logp_entropy_op);
   m.def("stat_names() -> str[]", &stat_names_op);
   m.def("presets() -> str[]", &presets_op);
+  m.def("composition_slots() -> str[]", &composition_slots_op);
+  m.def("choice_labels(str preset) -> str[]", &choice_labels_op);
+  m.def("as_composition(str preset) -> str[]", &as_composition_op);
   m.def("peer_presets() -> str[]", &peer_presets_op);
   m.def("override_keys(str preset) -> str[]", &override_keys_op);
 }

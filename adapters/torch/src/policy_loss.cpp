@@ -299,7 +299,8 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   if (needs.rewards && !in.rewards.defined()) fail("rewards", "is required by this objective's advantage estimator");
   if (needs.advantages && !in.advantages.defined() && !in.token_advantages.defined())
     fail("advantages", "is required by reco::given_advantage (or token_advantages, one per token)");
-  if (needs.ref_logp && !in.ref_logp.defined()) fail("ref_logp", "is required by the KL term");
+  if (needs.ref_logp && !in.ref_logp.defined())
+    fail("ref_logp", "is required by the KL term of " + who);
   if (needs.entropy && !in.entropy.defined())
     fail("entropy", "is required by this objective (token selector, entropy-split clip or entropy bonus)");
   if (needs.response_weights && !in.response_weights.defined())
@@ -513,6 +514,9 @@ policy_output policy_loss_impl(const policy_inputs& in, const objective_needs& n
 }  // namespace detail
 
 const std::vector<std::string>& preset_names() { return registry::preset_names(); }
+std::vector<std::string> composition_slots() { return detail::composition_slot_list(); }
+std::vector<std::string> choice_labels(const std::string& preset) { return detail::preset_choice_labels(preset); }
+std::vector<std::string> as_composition(const std::string& preset) { return detail::preset_as_composition(preset); }
 
 std::vector<std::pair<std::string, std::string>> peer_presets() {
   std::vector<std::pair<std::string, std::string>> out;
@@ -545,7 +549,14 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
     detail::run_preset_cuda(preset, overrides, given, q);
   };
 #endif
-  return detail::policy_loss_impl(in, needs, cpu, cuda, "preset '" + preset + "'");
+  // Name the key that switched a KL term on, where one did (a preset without a KL term).
+  std::string who = (preset.find('=') != std::string::npos ? "composition '" : "preset '") + preset + "'";
+  for (const auto& kv : overrides)
+    if (kv.first.compare(0, 3, "kl.") == 0) {
+      who += " (KL term set by overrides." + kv.first + ")";
+      break;
+    }
+  return detail::policy_loss_impl(in, needs, cpu, cuda, who);
 }
 
 }  // namespace reco::torch

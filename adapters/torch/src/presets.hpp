@@ -19,6 +19,22 @@ using override_map = std::map<std::string, double>;
 // parameter out of range (and, with given advantages, for a key of the replaced estimator).
 objective_needs preset_needs(const std::string& preset, const override_map& overrides, bool given_advantages);
 
+// The same for a composition ("slot=kind ...", reco/composition.hpp; compositions_cpu.cpp).
+objective_needs composition_needs(const std::string& spec, const override_map& overrides, bool given_advantages);
+std::vector<std::string> composition_keys(const std::string& spec);
+std::vector<std::string> composition_choice_labels(const std::string& spec);
+void run_composition_cpu(const std::string& spec, const override_map& overrides, bool given_advantages,
+                         const run_request& q, objective_result& out);
+plan_ops composition_plan_ops(const std::string& spec, const override_map& overrides, bool given_advantages);
+
+// The slots of a composition and their kinds, "slot=kind1|kind2|..." (reco/composition.hpp).
+std::vector<std::string> composition_slot_list();
+// The preset's choice parameters, "key=label0|label1|..." (index = position).
+std::vector<std::string> preset_choice_labels(const std::string& preset);
+// The preset as a composition: its spec, then "key=value" for every parameter of the chosen
+// components (the preset's constants).
+std::vector<std::string> preset_as_composition(const std::string& preset);
+
 // The override keys the preset accepts in the adapter's form (with rewards).
 std::vector<std::string> preset_keys(const std::string& preset);
 

@@ -9,7 +9,7 @@ namespace reco::torch::detail {
 
 void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
                      const run_request& q) {
-  with_preset_form(preset, overrides, given_advantages, [&](const auto& obj) {
+  with_preset_form<false>(preset, overrides, given_advantages, [&](const auto& obj) {
     // Clip-Cov / KL-Cov select on the host: no device kernels are compiled for them.
     if constexpr (is_covariance_selection_v<typename std::decay_t<decltype(obj)>::selector_type>)
       reco::detail::fail("preset", "'" + preset + "' (covariance_selection) runs on CPU tensors only");

@@ -503,7 +503,7 @@ struct sequence_fn {
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
       sum += obj.ratio.sequence_term(c);
     }
-    r.seq_log[i] = sequence_value<typename Obj::ratio_type>(sum, r.length[i]);
+    r.seq_log[i] = sequence_value_of(obj.ratio, sum, r.length[i]);
   }
 };
 

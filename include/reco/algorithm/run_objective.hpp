@@ -100,15 +100,19 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   objective_scalars* s = sc.scalars;
   response_scratch r = sc.r;
   if (!b.token_advantages) r.adv_m2 = nullptr;  // read only for advantages given per token
+  // Scratch a selectable component may need but does not in this call: left unread.
+  if (!sequence_scoped(obj.ratio)) r.seq_log = nullptr;
+  if (!needs_entropy_quantile(obj.clip)) r.entropy_q = nullptr;
 
   using adv_t = typename Objective::advantage_type;
   constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
   input_checks checks;
-  checks.ref = Objective::kl_type::active;
-  checks.entropy = Objective::needs_entropy;
+  const objective_needs needs = obj.needs();
+  checks.ref = needs.ref_logp;
+  checks.entropy = needs.entropy;
   checks.rewards = reads_rewards;
   checks.advantages = !reads_rewards && b.advantages;
-  checks.response_weights = Objective::weight_type::reads_response_weights;
+  checks.response_weights = needs.response_weights;
 
   be.for_each(1, init_scalars_fn{s});
   be.for_each(R, scan_response_fn<T>{b, checks, r});
@@ -140,7 +144,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       if (s->status) throw_data_error(b, s->status);
     }
 
-    if (adv_t::batch_stage != advantage_batch_stage::none ||
+    if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
         obj.weight.normalisation() == weight_normalisation::batch_mean)
       be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
   }
@@ -166,34 +170,41 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       }
     }
   } else if constexpr (Objective::selector_type::active) {
-    if (plan != nullptr) {
-      be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
+    if (!term_on(obj.select)) {
+      r.kept = r.length;  // a selectable selector that is off: every valid token
     } else {
-      compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
-      mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+      if (plan != nullptr) {
+        be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
+      } else {
+        compute_cut(be, b.entropy, b.mask, N, term_of(obj.select).params, &s->batch.tokens, sc.keys, s);
+        mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+      }
+      be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+      if constexpr (Backend::host_accessible) {
+        // The cut was placed with the entropies the plan saw; other entropies would keep
+        // another set than the one the step's counts were made for.
+        if (plan != nullptr)
+          for (index_t i = 0; i < R; ++i)
+            if (r.kept[i] != plan->kept[i])
+              fail("plan", "keeps " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
+                               " but this call's entropies keep " + std::to_string(r.kept[i]) +
+                               ": the entropies differ from those the plan was built with");
+      }
+      kept = sc.kept;
     }
-    be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-    if constexpr (Backend::host_accessible) {
-      // The cut was placed with the entropies the plan saw; other entropies would keep
-      // another set than the one the step's counts were made for.
-      if (plan != nullptr)
-        for (index_t i = 0; i < R; ++i)
-          if (r.kept[i] != plan->kept[i])
-            fail("plan", "keeps " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
-                             " but this call's entropies keep " + std::to_string(r.kept[i]) +
-                             ": the entropies differ from those the plan was built with");
-    }
-    kept = sc.kept;
   } else {
     r.kept = r.length;
   }
   if constexpr (Objective::clip_type::needs_entropy_quantile) {
-    be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
-    be.segmented_sort(sc.keys, b.layout);
-    be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.params.percentile});
+    if (needs_entropy_quantile(obj.clip)) {
+      be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
+      be.segmented_sort(sc.keys, b.layout);
+      be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.percentile()});
+    }
   }
-  if constexpr (Objective::ratio_type::scope == ratio_scope::sequence)
-    be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
+  if constexpr (Objective::ratio_type::scope == ratio_scope::sequence) {
+    if (sequence_scoped(obj.ratio)) be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
+  }
 
   be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
   const bool kept_denominator = obj.kept_denominator();

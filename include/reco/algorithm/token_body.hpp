@@ -14,6 +14,7 @@
 #include "reco/component.hpp"
 #include "reco/config.hpp"
 #include "reco/detail/math.hpp"
+#include "reco/detail/slot_traits.hpp"
 #include "reco/detail/simd.hpp"
 #include "reco/result.hpp"
 
@@ -25,7 +26,9 @@ namespace detail {
 template <class Obj, class V>
 RECO_TOKEN_MATH basic_surrogate_value<V> policy_surrogate(const Obj& obj, const basic_token_context<V>& c) {
   basic_surrogate_value<V> s;
-  if constexpr (Obj::ratio_type::self_clipped) {
+  if constexpr (is_selectable_v<typename Obj::ratio_type>) {
+    s = obj.ratio.surrogate_with(obj.clip, c);
+  } else if constexpr (Obj::ratio_type::self_clipped) {
     s = obj.ratio.surrogate(c);
   } else {
     s = obj.clip.apply(obj.ratio.eval(c), c);
@@ -107,13 +110,17 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
     r.dual = policy && sv.dual;
   }
   if constexpr (Obj::kl_type::active) {
-    const basic_kl_value<V> k = kl_at(obj.kl, c, ref_logp);
-    r.kl = select(valid, k.value, V(0.0));
-    grad = grad + select(valid, obj.kl.params.beta * coef * k.grad, V(0.0));
+    if (term_on(obj.kl)) {
+      const auto& kl = term_of(obj.kl);
+      const basic_kl_value<V> k = kl_at(kl, c, ref_logp);
+      r.kl = select(valid, k.value, V(0.0));
+      grad = grad + select(valid, kl.params.beta * coef * k.grad, V(0.0));
+    }
   }
   r.grad = grad;
-  if constexpr (Obj::entropy_type::active)
-    r.entropy_grad = select(valid, V(-obj.entropy.params.coef * coef), V(0.0));
+  if constexpr (Obj::entropy_type::active) {
+    if (term_on(obj.entropy)) r.entropy_grad = select(valid, V(-term_of(obj.entropy).params.coef * coef), V(0.0));
+  }
   r.variance = select(valid, bernoulli_variance(c.logp, 0.0), V(0.0));
   return r;
 }

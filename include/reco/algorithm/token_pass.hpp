@@ -125,6 +125,7 @@ struct token_fn {
   RECO_HOST_DEVICE void accumulate_range(token_partial& p, index_t i, index_t t0, index_t t1) const {
     const response_values v = response(i);
     const double adv = v.advantage;
+    const bool kl_on = term_on(obj.kl);
 
     for (index_t t = t0; t < t1; ++t) {
       if (!b.valid(t)) {
@@ -140,7 +141,7 @@ struct token_fn {
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
       const bool keep = kept == nullptr || kept[t];
-      const double ref = Obj::kl_type::active ? static_cast<double>(b.ref_logp[t]) : 0.0;
+      const double ref = kl_on ? static_cast<double>(b.ref_logp[t]) : 0.0;
       const double scale =
           b.token_weights ? v.policy_scale * static_cast<double>(b.token_weights[t]) : v.policy_scale;
       const token_terms<double> k = token_body(obj, c, true, keep, ref, scale, v.coef);
@@ -162,10 +163,14 @@ struct token_fn {
         p.entropy_kept_sum += c.entropy;
       }
       if constexpr (Obj::kl_type::active) {
-        p.kl += obj.kl.params.beta * v.coef * k.kl;
-        p.kl_sum += k.kl;
+        if (kl_on) {
+          p.kl += term_of(obj.kl).params.beta * v.coef * k.kl;
+          p.kl_sum += k.kl;
+        }
       }
-      if constexpr (Obj::entropy_type::active) p.entropy += k.entropy_grad * c.entropy;
+      if constexpr (Obj::entropy_type::active) {
+        if (term_on(obj.entropy)) p.entropy += k.entropy_grad * c.entropy;
+      }
       if (grad_entropy) grad_entropy[t] = static_cast<T>(k.entropy_grad);
       p.entropy_sum += c.entropy;
       const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
@@ -214,12 +219,14 @@ struct packed_kernel {
   template <class R, class = void>
   struct ratio_ok : std::false_type {};
   template <class R>
-  struct ratio_ok<R, std::enable_if_t<R::self_clipped, std::void_t<decltype(std::declval<const R&>().surrogate(
+  struct ratio_ok<R, std::enable_if_t<is_selectable_v<R>>> : std::true_type {};  // every alternative has pack math
+  template <class R>
+  struct ratio_ok<R, std::enable_if_t<!is_selectable_v<R> && R::self_clipped, std::void_t<decltype(std::declval<const R&>().surrogate(
                                                              std::declval<const context&>()))>>>
       : std::is_same<decltype(std::declval<const R&>().surrogate(std::declval<const context&>())),
                      basic_surrogate_value<P>> {};
   template <class R>
-  struct ratio_ok<R, std::enable_if_t<!R::self_clipped, std::void_t<decltype(std::declval<const R&>().eval(
+  struct ratio_ok<R, std::enable_if_t<!is_selectable_v<R> && !R::self_clipped, std::void_t<decltype(std::declval<const R&>().eval(
                                                               std::declval<const context&>()))>>>
       : std::is_same<decltype(std::declval<const R&>().eval(std::declval<const context&>())), basic_ratio_value<P>> {
   };
@@ -233,6 +240,7 @@ struct packed_kernel {
                      basic_surrogate_value<P>> {};
   template <class K, class = void>
   struct kl_ok : std::bool_constant<!K::active> {};
+  // A selectable term is checked through the fixed term it holds.
   template <class K>
   struct kl_ok<K, std::void_t<decltype(std::declval<const K&>().estimate(std::declval<const P&>(),
                                                                          std::declval<const P&>()))>>
@@ -242,7 +250,8 @@ struct packed_kernel {
   // Components written only for double (a user's own, say) keep the scalar loop.
   static constexpr bool supported =
       ratio_ok<typename Obj::ratio_type>::value &&
-      (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) && kl_ok<typename Obj::kl_type>::value;
+      (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) &&
+      kl_ok<std::decay_t<decltype(term_of(std::declval<const typename Obj::kl_type&>()))>>::value;
 
   // Per-lane partial sums of one segment.
   struct lane_sums {
@@ -295,11 +304,15 @@ struct packed_kernel {
     const double entropy = simd::sum_lanes(acc.entropy);
     p.entropy_sum += entropy;
     if constexpr (Obj::kl_type::active) {
-      const double kl = simd::sum_lanes(acc.kl);
-      p.kl += f.obj.kl.params.beta * v.coef * kl;
-      p.kl_sum += kl;
+      if (term_on(f.obj.kl)) {
+        const double kl = simd::sum_lanes(acc.kl);
+        p.kl += term_of(f.obj.kl).params.beta * v.coef * kl;
+        p.kl_sum += kl;
+      }
     }
-    if constexpr (Obj::entropy_type::active) p.entropy -= f.obj.entropy.params.coef * v.coef * entropy;
+    if constexpr (Obj::entropy_type::active) {
+      if (term_on(f.obj.entropy)) p.entropy -= term_of(f.obj.entropy).params.coef * v.coef * entropy;
+    }
   }
 
   static void zero_gradients(const token_fn<Obj, T>& f, index_t begin, index_t end) {
@@ -346,7 +359,9 @@ struct packed_kernel {
     P scale = v.policy_scale;
     if (b.token_weights) scale = v.policy_scale * simd::select(policy, load<Full>(b.token_weights + t, n), P(0.0));
     P ref = P(-1.0);
-    if constexpr (Obj::kl_type::active) ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
+    if constexpr (Obj::kl_type::active) {
+      if (term_on(f.obj.kl)) ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
+    }
 
     const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
     acc.policy += k.policy;
@@ -358,8 +373,8 @@ struct packed_kernel {
     acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
     acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
     acc.entropy_kept += simd::select(policy, c.entropy, P(0.0));
-    if constexpr (Obj::kl_type::active) acc.kl += k.kl;
-    if (Obj::entropy_type::active || f.grad_entropy) store<Full>(f.grad_entropy + t, k.entropy_grad, n);
+    if constexpr (Obj::kl_type::active) acc.kl += k.kl;  // 0 while a selectable term is off
+    if (term_on(f.obj.entropy) || f.grad_entropy) store<Full>(f.grad_entropy + t, k.entropy_grad, n);
     acc.entropy += c.entropy;
     acc.variance += k.variance;
     acc.valid.add(valid);

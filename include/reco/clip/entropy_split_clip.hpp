@@ -50,6 +50,8 @@ struct entropy_split_clip {
   static constexpr bool needs_entropy = true;
   static constexpr bool needs_entropy_quantile = true;
   static constexpr bool clips = true;
+  // The entropy quantile each response's tokens are compared with.
+  RECO_HOST_DEVICE double percentile() const { return params.percentile; }
 
   template <class V>
   RECO_TOKEN_MATH basic_surrogate_value<V> apply(const basic_ratio_value<V>& rv,

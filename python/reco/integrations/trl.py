@@ -29,7 +29,8 @@ What the loss reads from TRL:
   ``epsilon`` / ``epsilon_high`` → ``clip.eps_low`` / ``clip.eps_high`` (the ``cispo`` preset:
   ``ratio.eps_high = epsilon_high − 1``, ``ratio.eps_low = 1``, as TRL caps r at
   ``epsilon_high``), ``delta`` → ``clip.delta``, ``beta`` → ``kl.beta`` (a preset without a KL
-  term and ``beta != 0`` is an error naming ``beta``), ``use_bias_correction_kl`` →
+  term and ``beta != 0`` is an error naming ``beta``; its KL term can be added by the hook's
+  overrides, ``{"kl.beta": ..., "kl.clamp": 0}``, on CPU tensors), ``use_bias_correction_kl`` →
   ``kl.importance_weighted``, ``top_entropy_quantile < 1`` → ``select.rule = quantile``,
   ``select.rho`` (presets that select by entropy; for another preset it is an error),
   ``vespo_k_pos`` / ... → ``ratio.k_pos`` / .... The preset keeps its other constants (log-ratio
@@ -131,7 +132,7 @@ def _knobs(trainer: Any, preset: str, keys: set) -> Dict[str, float]:
         if "clip.delta" not in keys:
             raise ValueError(f"reco.integrations.trl: delta is set but '{preset}' has no PPO clip")
         out["clip.delta"] = float(delta)
-    if "kl.beta" in keys:
+    if reco.has_kl_term(preset):
         out["kl.beta"] = float(trainer.beta)
         out["kl.importance_weighted"] = float(bool(getattr(args, "use_bias_correction_kl", False)))
     elif trainer.beta != 0.0:
@@ -242,7 +243,7 @@ class RecoLoss:
         batch: Dict[str, Any] = {"old_logp": old}
         batch.update({k: v.to(per_token_logps.dtype)
                       for k, v in _per_completion(inputs["advantages"].detach(), mask).items()})
-        if "kl.beta" in keys:
+        if "kl.beta" in overrides:
             ref = inputs.get("ref_per_token_logps")
             batch["ref_logp"] = old if ref is None or self.beta == 0.0 else ref.detach()  # beta 0: contributes 0
         if "select.rho" in keys:

@@ -96,7 +96,7 @@ def _overrides(preset: str, config: Any) -> Dict[str, float]:
             raise ValueError(f"reco.integrations.verl: policy_loss.reco_weight_cap is set but '{preset}' has no "
                              "response weight")
         out["weight.cap"] = float(cap)
-    if "kl.beta" in keys:
+    if "kl.beta" in keys and reco.has_kl_term(preset):
         out["kl.beta"] = 0.0  # verl's own KL loss counts the KL
     return out
 
@@ -139,7 +139,7 @@ def _loss_for(preset: str):
         }
         inputs.update(_response_or_token_advantages(advantages.detach(), mask))
         keys = set(reco.override_keys(preset))
-        if any(k.startswith("kl.") for k in keys):
+        if reco.has_kl_term(preset):
             inputs["ref_logp"] = old_log_prob.detach()  # read with beta = 0: contributes exactly 0
         if any(k.startswith("weight.") for k in keys):
             g = int(_config_get(config, "rollout_n", 0))

@@ -94,10 +94,16 @@ struct policy_output {
   at::Tensor stats_tensor;        // [stats_size] float64 on logp's device; names: stat_names()
 };
 
-// The presets by name (grpo, dr_grpo, dapo, gspo, cispo, aspo, reco, reco_no_cap,
-// reco_response_only, reco_token_only, dapo_reco, rule_80_20, rule_80_20_reco, trl_bnpo,
-// trl_luspo, trl_vespo).
+// The presets by name (grpo, dr_grpo, dapo, ...; reco/registry.hpp). Wherever a preset name is
+// taken, a composition ("advantage=grpo ratio=variance clip=ppo ...", reco/composition.hpp) is
+// taken too: any objective by naming a component for each slot, run on CPU tensors.
 const std::vector<std::string>& preset_names();
+// The slots of a composition and the kinds each takes: "slot=kind1|kind2|..." (first: default).
+std::vector<std::string> composition_slots();
+// The choice parameters of a preset or composition: "key=label0|label1|..." (index = position).
+std::vector<std::string> choice_labels(const std::string& preset);
+// A preset (or peer preset) as a composition: the spec first, then "key=value" for each parameter.
+std::vector<std::string> as_composition(const std::string& preset);
 // The peer presets (verl_vanilla, trl_dapo, ...: a preset of the list above with a peer's
 // constants; reco/registry.hpp, docs/peers.md) as (name, the preset it runs). Every function that
 // takes a preset name takes these too.
