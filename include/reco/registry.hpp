@@ -32,6 +32,7 @@
 #include "reco/advantage/reinforce_pp.hpp"
 #include "reco/advantage/rloo.hpp"
 #include "reco/config.hpp"
+#include "reco/detail/one_of.hpp"
 #include "reco/objective_needs.hpp"
 #include "reco/presets.hpp"
 
@@ -341,15 +342,6 @@ void for_each_component(Obj& obj, F&& f) {
 }
 
 namespace impl {
-struct probe_visitor {
-  template <class T>
-  void operator()(const char*, T&) const {}
-};
-template <class C, class = void>
-struct has_fields : std::false_type {};
-template <class C>
-struct has_fields<C, std::void_t<decltype(C::fields(std::declval<typename C::params_type&>(),
-                                                    std::declval<probe_visitor&>()))>> : std::true_type {};
 template <class E, class = void>
 struct has_labels : std::false_type {};
 template <class E>
@@ -358,7 +350,7 @@ struct has_labels<E, std::void_t<decltype(labels_of(E{}))>> : std::true_type {};
 
 // Whether component C declares fields (components without parameters need not).
 template <class C>
-inline constexpr bool has_fields_v = impl::has_fields<C>::value;
+inline constexpr bool has_fields_v = ::reco::detail::has_field_list<C>::value;
 
 // Calls v(name, field) for each field component c declares.
 template <class C, class V>

@@ -183,5 +183,37 @@ struct choice_of {
   }
 };
 
+// The common part of an optional term switched at run time (CRTP): whether it is on, and the
+// fixed Term with its parameters; Term's key fields only while on (a key of a term that is off
+// would be ignored); from(Off) is off, from(Term) on with the term's parameters.
+template <class Derived, class Term, class Off>
+struct switched_term {
+  static constexpr bool selectable = true;
+  static constexpr bool active = true;  // may be on: on() says
+  struct params_type {
+    bool on = false;
+    Term term;
+  };
+  params_type params{};
+
+  template <class V>
+  static void fields(params_type& p, V&& v) {
+    if (p.on) Term::fields(p.term.params, v);
+  }
+  void validate(const std::string& name) const {
+    if (params.on) params.term.validate(name);
+  }
+  RECO_HOST_DEVICE bool on() const { return params.on; }
+
+  static Derived from(const Derived& d) { return d; }
+  static Derived from(const Off&) { return Derived{}; }
+  static Derived from(const Term& t) {
+    Derived d;
+    d.params.on = true;
+    d.params.term = t;
+    return d;
+  }
+};
+
 }  // namespace detail
 RECO_NAMESPACE_END
