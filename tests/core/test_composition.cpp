@@ -1,6 +1,7 @@
 // Objectives composed at run time (reco/composition.hpp): the same results as the fixed
 // composition of the same components, bit for bit, for every preset; and random compositions
-// against the independent reference, with finite differences.
+// (with rewards, or around given advantages per response or per token) against the independent
+// reference, with finite differences.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,10 +87,10 @@ TEST(Composition, EveryPresetEqualsItsFixedComposition) {
     reco::registry::with_preset(name, [&](auto preset) {
       using P = decltype(preset);
       if constexpr (!reco::is_covariance_selection_v<typename P::selector_type>) {
-        const auto composed = reco::composed_from(preset);
-        expect_same_as_fixed(preset, composed, name, 100 + 31 * checked, false);
-        const auto given = reco::with_given_advantages(preset);
-        expect_same_as_fixed(given, reco::composed_from(given), name + " given", 500 + 31 * checked, true);
+        // (The presets around given advantages against composed_objective_given: bit for bit in
+        // tests/torch/test_compose_ops.py, against the reference below; not here, where their
+        // fixed types would be compiled a second time beside test_given_advantages.cpp.)
+        expect_same_as_fixed(preset, reco::composed_from(preset), name, 100 + 31 * checked, false);
         ++checked;
       }
     });
@@ -275,16 +276,33 @@ TEST(Composition, RandomCompositionsMatchTheReference) {
   const auto specs = standard_specs();
   const int count = 240;
   for (int n = 0; n < count; ++n) {
-    const drawn d = draw(rng);
-    reco::composed_objective obj = reco::compose(d.spec);
-    reco::registry::apply_overrides(obj, d.keys);
-    const std::string label = "#" + std::to_string(n) + " " + d.spec;
+    drawn d = draw(rng);
     batch_spec spec = specs[static_cast<std::size_t>(n) % specs.size()];
     spec.response_weights = true;
+    const bool given = n % 5 == 4;  // every 5th with given advantages (per token every 10th)
+    spec.token_advantages = given && n % 10 == 9;
     const master_batch m = make_batch(40000 + static_cast<std::uint64_t>(n), spec);
-    const reco_ref::output ref = reco_ref::evaluate(to_reference(m), d.cfg);
-    expect_matches(run_library<double>(obj, m, {}, n % 2 == 0), ref, tolerances_for<double>(), label);
-    if (n % 8 == 0) check_finite_differences(obj, d.cfg, label, 60000 + static_cast<std::uint64_t>(n));
+    std::string label = "#" + std::to_string(n) + " " + d.spec;
+    if (given) {
+      // The same composition around given advantages: advantage=given, no estimator keys.
+      d.spec = "advantage=given" + d.spec.substr(d.spec.find(' '));
+      d.keys.erase(std::remove_if(d.keys.begin(), d.keys.end(),
+                                  [](const auto& kv) { return kv.first.rfind("advantage.", 0) == 0; }),
+                   d.keys.end());
+      d.cfg.adv = reco_ref::advantage::given;
+      label = "#" + std::to_string(n) + " " + d.spec;
+      reco::composed_objective_given obj = reco::compose_given(reco::parse_composition(d.spec));
+      reco::registry::apply_overrides(obj, d.keys);
+      const reco_ref::output ref = reco_ref::evaluate(to_reference(m), d.cfg);
+      expect_matches(run_library<double>(obj, m, {}, n % 2 == 0), ref, tolerances_for<double>(), label);
+      if (n % 8 == 0) check_finite_differences(obj, d.cfg, label, 60000 + static_cast<std::uint64_t>(n));
+    } else {
+      reco::composed_objective obj = reco::compose(d.spec);
+      reco::registry::apply_overrides(obj, d.keys);
+      const reco_ref::output ref = reco_ref::evaluate(to_reference(m), d.cfg);
+      expect_matches(run_library<double>(obj, m, {}, n % 2 == 0), ref, tolerances_for<double>(), label);
+      if (n % 8 == 0) check_finite_differences(obj, d.cfg, label, 60000 + static_cast<std::uint64_t>(n));
+    }
     if (::testing::Test::HasFailure()) return;
   }
 }

@@ -86,6 +86,34 @@ std::vector<std::string> choice_labels_of(const Obj& obj) {
   return out;
 }
 
+// Returns f(the adapter's form of `obj`, preset `preset`'s object with its peer settings, with
+// `overrides` applied).
+template <bool OnCpu, class P, class F>
+decltype(auto) with_form_of(const P& obj, const std::string& preset, const override_map& overrides,
+                            bool given_advantages, F&& f) {
+  const std::string who = "preset '" + preset + "'";
+  if constexpr (!OnCpu && std::is_same_v<typename P::kl_type, no_kl>) {
+    for (const auto& kv : overrides)
+      if (kv.first.compare(0, 3, "kl.") == 0)
+        ::reco::detail::fail("overrides." + kv.first, "adds a KL term to " + who +
+                                                          ", which has none; a KL term added by key runs on CPU "
+                                                          "tensors only");
+  }
+  if (given_advantages) {
+    for (const auto& kv : overrides)
+      if (kv.first.compare(0, 10, "advantage.") == 0)
+        ::reco::detail::fail("overrides." + kv.first, "sets a parameter of " + who +
+                                                          "'s advantage estimator, which does not run when "
+                                                          "advantages are given");
+    auto form = preset_form<given_advantage, OnCpu>(obj, overrides);
+    registry::apply_overrides(form, overrides, who);
+    return f(form);
+  }
+  auto form = preset_form<typename P::advantage_type, OnCpu>(obj, overrides);
+  registry::apply_overrides(form, overrides, who);
+  return f(form);
+}
+
 // Returns f(the form of preset `preset` with `overrides` applied). With given advantages the
 // estimator does not run, so a key of it is an error rather than a setting silently ignored. A KL
 // term added by key runs on the CPU only (OnCpu false: the CUDA instantiation, which names the
@@ -97,28 +125,7 @@ decltype(auto) with_preset_form(const std::string& preset, const override_map& o
     ::reco::detail::fail("preset", "composition '" + preset + "' runs on CPU tensors only (CUDA tensors run the "
                                    "presets by name)");
   return registry::with_preset(preset, [&](auto obj) {
-    using P = decltype(obj);
-    const std::string who = "preset '" + preset + "'";
-    if constexpr (!OnCpu && std::is_same_v<typename P::kl_type, no_kl>) {
-      for (const auto& kv : overrides)
-        if (kv.first.compare(0, 3, "kl.") == 0)
-          ::reco::detail::fail("overrides." + kv.first, "adds a KL term to " + who +
-                                                            ", which has none; a KL term added by key runs on CPU "
-                                                            "tensors only");
-    }
-    if (given_advantages) {
-      for (const auto& kv : overrides)
-        if (kv.first.compare(0, 10, "advantage.") == 0)
-          ::reco::detail::fail("overrides." + kv.first, "sets a parameter of " + who +
-                                                            "'s advantage estimator, which does not run when "
-                                                            "advantages are given");
-      auto form = preset_form<given_advantage, OnCpu>(obj, overrides);
-      registry::apply_overrides(form, overrides, who);
-      return f(form);
-    }
-    auto form = preset_form<typename P::advantage_type, OnCpu>(obj, overrides);
-    registry::apply_overrides(form, overrides, who);
-    return f(form);
+    return with_form_of<OnCpu>(obj, preset, overrides, given_advantages, f);
   });
 }
 
