@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "reco/backend/cuda.cuh"
-#include "reco/backend/cuda/fused_objective.cuh"
-#include "reco/backend/cuda/launch_plan.hpp"
+#include "reco/fused/objective.cuh"
+#include "reco/fused/launch_plan.hpp"
 #include "reco/reco.hpp"
 
 namespace {

@@ -20,6 +20,7 @@
 #include "reco/algorithm/run_objective.hpp"
 #include "reco/workspace.hpp"
 #include "reco/advantage/common.hpp"
+#include "reco/backend/concept.hpp"
 #include "reco/batch.hpp"
 #include "reco/clip/no_clip.hpp"
 #include "reco/concepts.hpp"
@@ -196,6 +197,7 @@ class objective {
   template <class Backend, class T>
   const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
                               workspace<Backend>& ws, const normalisers& norm = {}) const {
+    static_assert(check_backend<Backend>(), "reco::objective: the backend must provide reco/backend/concept.hpp");
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "reco::objective: per-token values must be float or double");
     validate();

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "reco/algorithm/plan_call.hpp"
-#include "reco/algorithm/plan_scan.hpp"
+#include "reco/backend/cpu/plan_scan.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/batch.hpp"

@@ -81,6 +81,36 @@ void expect_same_as_fixed(const Fixed& fixed, const Composed& composed, const st
   }
 }
 
+// A call's plan (reco/algorithm/objective_plan.hpp) is derived from the object: a composition
+// plans the stages, checks and needs of its fixed twin.
+template <class Fixed, class Composed>
+void expect_same_plan(const Fixed& fixed, const Composed& composed, const std::string& name) {
+  SCOPED_TRACE(name + " plan");
+  for (bool token_advantages : {false, true}) {
+    const reco::detail::objective_plan a = reco::detail::plan_of(fixed, true, token_advantages);
+    const reco::detail::objective_plan b = reco::detail::plan_of(composed, true, token_advantages);
+    const reco::objective_stages &x = a.stages, &y = b.stages;
+    EXPECT_EQ(x.finalize, y.finalize);
+    EXPECT_EQ(x.old_mean, y.old_mean);
+    EXPECT_EQ(x.sequence, y.sequence);
+    EXPECT_EQ(x.sequence_in_finalize, y.sequence_in_finalize);
+    EXPECT_EQ(x.selection, y.selection);
+    EXPECT_EQ(x.covariance, y.covariance);
+    EXPECT_EQ(x.kept_counts, y.kept_counts);
+    EXPECT_EQ(x.entropy_quantile, y.entropy_quantile);
+    EXPECT_EQ(a.checks.ref, b.checks.ref);
+    EXPECT_EQ(a.checks.entropy, b.checks.entropy);
+    EXPECT_EQ(a.checks.rewards, b.checks.rewards);
+    EXPECT_EQ(a.checks.advantages, b.checks.advantages);
+    EXPECT_EQ(a.checks.response_weights, b.checks.response_weights);
+    EXPECT_EQ(a.needs.group_size, b.needs.group_size);
+    EXPECT_EQ(a.needs.entropy_gradient, b.needs.entropy_gradient);
+    EXPECT_EQ(a.reads_rewards, b.reads_rewards);
+    EXPECT_EQ(a.token_advantages, b.token_advantages);
+    EXPECT_EQ(a.kept_denominator, b.kept_denominator);
+  }
+}
+
 TEST(Composition, EveryPresetEqualsItsFixedComposition) {
   int checked = 0;
   for (const std::string& name : reco::registry::known_preset_names()) {
@@ -90,7 +120,9 @@ TEST(Composition, EveryPresetEqualsItsFixedComposition) {
         // (The presets around given advantages against composed_objective_given: bit for bit in
         // tests/torch/test_compose_ops.py, against the reference below; not here, where their
         // fixed types would be compiled a second time beside test_given_advantages.cpp.)
-        expect_same_as_fixed(preset, reco::composed_from(preset), name, 100 + 31 * checked, false);
+        const auto composed = reco::composed_from(preset);
+        expect_same_plan(preset, composed, name);
+        expect_same_as_fixed(preset, composed, name, 100 + 31 * checked, false);
         ++checked;
       }
     });

@@ -1,5 +1,5 @@
-// The vectorised token pass of the CPU backend (reco/detail/simd.hpp, packed_tokens in
-// reco/algorithm/token_pass.hpp): its exponentials against libm, every component's pack math
+// The vectorised token pass of the CPU backend (reco/backend/cpu/simd.hpp, packed_tokens in
+// reco/backend/cpu/packed_tokens.hpp): its exponentials against libm, every component's pack math
 // against its double math lane by lane, the packed objective against the scalar one, invalid
 // lanes that must never change a result, and the scalar fallback for double-only components.
 #include <gtest/gtest.h>

@@ -20,11 +20,11 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/cpu.hpp"
-#include "reco/backend/cuda/call_args.hpp"
-#include "reco/backend/cuda/fused_layout.hpp"
-#include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/cuda/response_step.hpp"
-#include "reco/backend/cuda/token_step.hpp"
+#include "reco/fused/call_args.hpp"
+#include "reco/fused/layout.hpp"
+#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/response_step.hpp"
+#include "reco/fused/token_step.hpp"
 #include "reco/workspace.hpp"
 #include "reco/validate.hpp"
 
@@ -52,8 +52,9 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   // What objective::run checks before the algorithm (not the host offsets check: the device
   // path must find malformed offsets itself).
   obj.validate();
-  validate_batch(batch, grads, norm, Obj::needs_rewards, Obj::needs_advantages, Obj::needs_ref_logp,
-                 Obj::needs_entropy, Obj::needs_response_weights, Obj::has_entropy_gradient);
+  const reco::objective_needs n = obj.needs();
+  validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
+                 n.entropy_gradient);
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
   fused::check_coverage(b.layout, N, P);
@@ -64,13 +65,13 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
                                          fused::token_pointers_of<Obj>(batch, grads), opt.vector_loads,
                                          opt.max_blocks);
   out.plan = p;
-  const std::size_t bytes = fused::scratch_bytes<Obj>(sh, p);
+  const std::size_t bytes = fused::scratch_bytes(sh, p);
   std::unique_ptr<std::byte, void (*)(void*)> buffer(
       static_cast<std::byte*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256)), std::free);
   std::memset(buffer.get(), opt.fill, bytes);
   fused::scratch sc;
   carver cut(buffer.get());
-  sc.carve<Obj>(cut, sh, p);
+  sc.carve(cut, sh, p);
   const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1);
 
   // Kernel A: blocks over groups, responses of a group, then the last block.
@@ -144,21 +145,8 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
 
   // The sort-based pieces: the generic passes, here on the CPU backend.
   const reco::cpu be{};
+  fused::run_sorted_stages(be, obj, batch, sc, p, norm);
   objective_scalars* s = sc.scalars;
-  if constexpr (Obj::selector_type::active) {
-    compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
-    mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
-    if (obj.kept_denominator()) {
-      be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
-      be.reduce(R, response_partial_fn{sc.r}, merge_fn<response_partial>{}, &s->responses);
-      be.for_each(1, counts_fn<Obj>{s, norm, b.layout, true});
-    }
-  }
-  if constexpr (Obj::clip_type::needs_entropy_quantile) {
-    be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
-    be.segmented_sort(sc.keys, b.layout);
-    be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, sc.r, obj.clip.params.percentile});
-  }
 
   // Kernel B: blocks over tiles, threads over their token_items tokens, views per thread.
   const auto& ta = args.token;

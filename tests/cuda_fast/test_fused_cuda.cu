@@ -23,7 +23,7 @@
 
 #include "core/random_batch.hpp"
 #include "reco/backend/cuda.cuh"
-#include "reco/backend/cuda/fused_objective.cuh"
+#include "reco/fused/objective.cuh"
 #include "reco/cuda_adapter/adapter.hpp"
 #include "reco/cuda_adapter/objective.cuh"
 #include "reco/cuda_adapter/presets_by_name.hpp"

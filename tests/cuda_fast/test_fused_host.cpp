@@ -14,9 +14,9 @@
 
 #include "core/random_batch.hpp"
 #include "cuda_fast/fused_emulation.hpp"
-#include "reco/backend/cuda/fused_layout.hpp"
-#include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/cuda/ticket.hpp"
+#include "reco/fused/layout.hpp"
+#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/ticket.hpp"
 #include "reco/reco.hpp"
 
 namespace {
@@ -155,12 +155,12 @@ TEST(FusedPlan, BytesPerToken) {
 template <class Obj>
 void check_layout(const fused::shape& sh) {
   const fused::plan p = fused::make_plan(sh, fused::stages_of(Obj{}), {8, 2, 2, 2}, {}, true, 0);
-  const std::size_t bytes = fused::scratch_bytes<Obj>(sh, p);
+  const std::size_t bytes = fused::scratch_bytes(sh, p);
   std::vector<std::byte> buffer(bytes + 256);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 255) / 256 * 256);
   reco::detail::carver c(base);
   fused::scratch s;
-  s.carve<Obj>(c, sh, p);
+  s.carve(c, sh, p);
   EXPECT_EQ(c.used(), bytes);
   struct range {
     const void* p;
@@ -220,7 +220,7 @@ TEST(FusedLayout, SteadyStateNeedsNoGrowth) {
   const fused::device_limits dev{132, 2, 2, 2};
   auto bytes = [&](const fused::shape& sh) {
     const reco::presets::rule_80_20_reco o;
-    return fused::scratch_bytes<reco::presets::rule_80_20_reco>(
+    return fused::scratch_bytes(
         sh, fused::make_plan(sh, fused::stages_of(o), dev, {}, true, 0));
   };
   const std::size_t big = bytes({4096, 2 << 20, 512});

@@ -37,7 +37,8 @@ RECO_SAME_OFFSET(stats.nonempty_responses, stats.nonempty_responses);
 RECO_SAME_OFFSET(status, status);
 #undef RECO_SAME_OFFSET
 
-namespace reco::cuda_adapter {
+RECO_NAMESPACE_BEGIN
+namespace cuda_adapter {
 using ::reco::detail::cuda_check;
 
 static_assert(parts::part_bounds[3] == preset_count, "the three preset translation units cover every preset");
@@ -102,7 +103,8 @@ void logits_backward(const reco_cuda_logits_args& args, cudaStream_t stream, boo
   parts::logits_backward_device(args, stream);
 }
 
-}  // namespace reco::cuda_adapter
+}  // namespace cuda_adapter
+RECO_NAMESPACE_END
 
 // ---- C interface ---------------------------------------------------------------------------
 

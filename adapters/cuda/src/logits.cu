@@ -1,31 +1,47 @@
-// The logits op of the raw adapter: reco::logits::forward_cuda / backward_cuda (the library's
-// kernels, reco/logits/logp_entropy.cuh) on the C argument struct, for each logits dtype.
+// The logits op of the raw adapter: the C argument struct as a reco::logits::call, run by the
+// library (reco/logits/call.cuh: the dtype switch the LibTorch adapter uses too).
 #include "library.hpp"
 
 #include "reco/cuda_adapter/adapter.hpp"
 #include "reco/cuda_adapter/validate.hpp"
-#include "reco/logits/half_types.hpp"
-#include "reco/logits/logp_entropy.cuh"
+#include "reco/logits/call.cuh"
 
 RECO_NAMESPACE_BEGIN
 namespace cuda_adapter {
 namespace {
 
-template <class T>
-void forward_as(const reco_cuda_logits_args& a, cudaStream_t stream) {
-  using A = logits::accum_t<T>;
-  logits::forward_cuda(static_cast<const T*>(a.logits), a.rows, a.vocab, a.row_stride, a.tokens, a.temperature,
-                       a.row_mask, static_cast<A*>(a.logp), static_cast<A*>(a.entropy), static_cast<A*>(a.lse),
-                       stream, static_cast<A*>(a.sum_p_squared), a.error_flags);
+logits::dtype dtype_of(reco_cuda_dtype t) {
+  switch (t) {
+    case RECO_CUDA_FLOAT64: return logits::dtype::f64;
+    case RECO_CUDA_BFLOAT16: return logits::dtype::bf16;
+    case RECO_CUDA_FLOAT16: return logits::dtype::f16;
+    default: return logits::dtype::f32;  // validate() admits the four dtypes only
+  }
 }
 
-template <class T>
-void backward_as(const reco_cuda_logits_args& a, cudaStream_t stream) {
-  using A = logits::accum_t<T>;
-  logits::backward_cuda(static_cast<const T*>(a.logits), a.rows, a.vocab, a.row_stride, a.tokens, a.temperature,
-                        a.row_mask, static_cast<const A*>(a.grad_logp), static_cast<const A*>(a.grad_entropy),
-                        static_cast<const A*>(a.saved_lse), static_cast<const A*>(a.saved_entropy),
-                        static_cast<T*>(a.dlogits), stream, a.error_flags);
+// The C argument struct as the library's logits call (reco/logits/call.hpp).
+logits::call call_of(const reco_cuda_logits_args& a, cudaStream_t stream) {
+  logits::call c;
+  c.type = dtype_of(a.dtype);
+  c.logits = a.logits;
+  c.rows = a.rows;
+  c.vocab = a.vocab;
+  c.row_stride = a.row_stride;
+  c.tokens = a.tokens;
+  c.temperature = a.temperature;
+  c.row_mask = a.row_mask;
+  c.logp = a.logp;
+  c.entropy = a.entropy;
+  c.lse = a.lse;
+  c.sum_p_squared = a.sum_p_squared;
+  c.grad_logp = a.grad_logp;
+  c.grad_entropy = a.grad_entropy;
+  c.saved_lse = a.saved_lse;
+  c.saved_entropy = a.saved_entropy;
+  c.dlogits = a.dlogits;
+  c.stream = stream;
+  c.error_flags = a.error_flags;
+  return c;
 }
 
 }  // namespace
@@ -33,21 +49,11 @@ void backward_as(const reco_cuda_logits_args& a, cudaStream_t stream) {
 namespace parts {
 
 void logits_forward_device(const reco_cuda_logits_args& a, cudaStream_t stream) {
-  switch (a.dtype) {
-    case RECO_CUDA_FLOAT32: forward_as<float>(a, stream); break;
-    case RECO_CUDA_FLOAT64: forward_as<double>(a, stream); break;
-    case RECO_CUDA_BFLOAT16: forward_as<bf16_t>(a, stream); break;
-    case RECO_CUDA_FLOAT16: forward_as<f16_t>(a, stream); break;
-  }
+  logits::forward_cuda(call_of(a, stream));
 }
 
 void logits_backward_device(const reco_cuda_logits_args& a, cudaStream_t stream) {
-  switch (a.dtype) {
-    case RECO_CUDA_FLOAT32: backward_as<float>(a, stream); break;
-    case RECO_CUDA_FLOAT64: backward_as<double>(a, stream); break;
-    case RECO_CUDA_BFLOAT16: backward_as<bf16_t>(a, stream); break;
-    case RECO_CUDA_FLOAT16: backward_as<f16_t>(a, stream); break;
-  }
+  logits::backward_cuda(call_of(a, stream));
 }
 
 }  // namespace parts

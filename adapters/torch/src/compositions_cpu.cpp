@@ -8,7 +8,9 @@
 #include "preset_forms.hpp"
 #include "reco/torch/detail/cpu_run.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 namespace {
 bool reads_advantages(const std::string& spec) { return parse_composition(spec).given_advantages(); }
 }  // namespace
@@ -64,4 +66,6 @@ std::vector<std::string> composition_slot_list() {
   return out;
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

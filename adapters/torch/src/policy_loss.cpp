@@ -21,7 +21,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 namespace {
 
 using reco::detail::fail;
@@ -559,4 +560,5 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   return detail::policy_loss_impl(in, needs, cpu, cuda, who);
 }
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

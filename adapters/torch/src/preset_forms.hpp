@@ -22,7 +22,9 @@
 #include "reco/given_advantages.hpp"
 #include "reco/registry.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 template <class A, class = void>
 struct has_selectable_form : std::false_type {};
@@ -152,4 +154,6 @@ decltype(auto) with_composition_form(const std::string& spec, const override_map
   return f(form);
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

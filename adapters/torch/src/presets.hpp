@@ -11,7 +11,9 @@
 
 #include "reco/torch/detail/request.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 using override_map = std::map<std::string, double>;
 
@@ -48,4 +50,6 @@ plan_ops preset_plan_ops(const std::string& preset, const override_map& override
 void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
                      const run_request& q);
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

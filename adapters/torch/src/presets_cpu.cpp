@@ -1,18 +1,52 @@
-// The presets by name on the CPU backend: each operation goes to the part of the preset table
-// that compiles the preset (presets_cpu_0.cpp, presets_cpu_1.cpp), or, for a composition, to
-// compositions_cpu.cpp. Light: no preset is instantiated here.
+// The presets by name on the CPU backend, in float and double, each in the adapter's form with
+// rewards and with given advantages (preset_forms.hpp); a composition goes to compositions_cpu.cpp.
+// One request type carries every operation the adapter asks of a preset, so each preset's form
+// is instantiated once for all of them, in this one unit (split into parts, what the parts share
+// was compiled once per part). LibTorch-free: this heavy unit sees no LibTorch headers.
 #include "presets.hpp"
 
-#include "preset_parts.hpp"
+#include <string>
+#include <vector>
+
+#include "preset_forms.hpp"
 #include "reco/composition.hpp"
 #include "reco/registry.hpp"
+#include "reco/torch/detail/cpu_run.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 namespace {
+
+enum class preset_op { needs, keys, choice_labels, run, plan };
+
+struct preset_call {
+  preset_op op = preset_op::needs;
+  const override_map* overrides = nullptr;
+  bool given_advantages = false;
+  const run_request* request = nullptr;  // run
+  objective_result* result = nullptr;    // run
+  objective_needs needs;                 // needs
+  std::vector<std::string> strings;      // keys, choice_labels
+  plan_ops plan;                         // plan
+};
+
+// Carries out `c` for the preset named `preset` (an unknown name: the error lists the known ones).
 preset_call& call_presets(const std::string& preset, preset_call& c) {
-  registry::base_preset_index(preset);  // an unknown name: the error lists the known ones
-  if (!call_presets_part0(preset, c) && !call_presets_part1(preset, c))
-    ::reco::detail::fail("preset", "'" + preset + "' is in no part of the adapter's presets");
+  const int index = registry::base_preset_index(preset);
+  registry::visit_preset<0, registry::preset_count>(index, [&](auto obj) {
+    registry::apply_peer_settings(obj, preset);
+    with_form_of<true>(obj, preset, *c.overrides, c.given_advantages, [&](auto form) {
+      switch (c.op) {
+        case preset_op::needs: c.needs = form.needs(); break;
+        // A preset without a KL term lists the keys that add one.
+        case preset_op::keys: c.strings = registry::override_keys(with_kl_on(form)); break;
+        case preset_op::choice_labels: c.strings = choice_labels_of(with_kl_on(form)); break;
+        case preset_op::run: run_cpu(form, *c.request, *c.result); break;
+        case preset_op::plan: c.plan = plan_ops_for(form); break;
+      }
+    });
+  });
   return c;
 }
 preset_call request(preset_op op, const override_map& overrides, bool given_advantages) {
@@ -59,4 +93,6 @@ plan_ops preset_plan_ops(const std::string& preset, const override_map& override
   return call_presets(preset, c).plan;
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -5,7 +5,9 @@
 #include "preset_forms.hpp"
 #include "reco/torch/detail/cuda_run.cuh"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
                      const run_request& q) {
@@ -18,4 +20,6 @@ void run_preset_cuda(const std::string& preset, const override_map& overrides, b
   });
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

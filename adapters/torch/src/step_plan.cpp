@@ -7,7 +7,8 @@
 
 #include "presets.hpp"
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 namespace {
 
 using reco::detail::fail;
@@ -256,4 +257,5 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   return policy_loss(preset, in, overrides, plan, 0);
 }
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "logits_call.hpp"
+#include "reco/logits/call.hpp"
 #include "reco/logits/logp_entropy.hpp"
 
 #if RECO_TORCH_WITH_CUDA
@@ -17,7 +18,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 namespace {
 
 using reco::detail::fail;
@@ -37,12 +39,12 @@ void check_dense(const at::Tensor& x, const char* name) {
   }
 }
 
-detail::logit_type logit_type_of(const at::Tensor& logits) {
+reco::logits::dtype logit_type_of(const at::Tensor& logits) {
   switch (logits.scalar_type()) {
-    case at::kFloat: return detail::logit_type::f32;
-    case at::kDouble: return detail::logit_type::f64;
-    case at::kBFloat16: return detail::logit_type::bf16;
-    case at::kHalf: return detail::logit_type::f16;
+    case at::kFloat: return reco::logits::dtype::f32;
+    case at::kDouble: return reco::logits::dtype::f64;
+    case at::kBFloat16: return reco::logits::dtype::bf16;
+    case at::kHalf: return reco::logits::dtype::f16;
     default:
       fail("logits", std::string("must be float32, float64, bfloat16 or float16, got ") +
                          c10::toString(logits.scalar_type()));
@@ -119,21 +121,6 @@ row_blocks blocks_of(const at::Tensor& logits) {
   return b;
 }
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-template <class F>
-void dispatch(detail::logit_type t, F&& f) {
-  switch (t) {
-    case detail::logit_type::f32: f(type_tag<float>{}); break;
-    case detail::logit_type::f64: f(type_tag<double>{}); break;
-    case detail::logit_type::bf16: f(type_tag<reco::bf16_t>{}); break;
-    case detail::logit_type::f16: f(type_tag<reco::f16_t>{}); break;
-  }
-}
-
 template <class P>
 P* shift(P* p, index_t elements, std::size_t size) {
   if (p == nullptr) return nullptr;
@@ -142,11 +129,11 @@ P* shift(P* p, index_t elements, std::size_t size) {
 }
 
 // The call for block k: every pointer advanced to the block's first row.
-detail::logits_call block_call(const detail::logits_call& all, const row_blocks& b, index_t dlogits_block_stride,
+reco::logits::call block_call(const reco::logits::call& all, const row_blocks& b, index_t dlogits_block_stride,
                                index_t k) {
-  detail::logits_call c = all;
-  const std::size_t logit_size = all.type == detail::logit_type::f64 ? 8 : (all.type == detail::logit_type::f32 ? 4 : 2);
-  const std::size_t acc_size = all.type == detail::logit_type::f64 ? 8 : 4;
+  reco::logits::call c = all;
+  const std::size_t logit_size = reco::logits::value_bytes(all.type);
+  const std::size_t acc_size = reco::logits::accum_bytes(all.type);
   const index_t first = k * b.rows_per_block;
   c.rows = b.rows_per_block;
   c.logits = shift(all.logits, k * b.block_stride, logit_size);
@@ -163,29 +150,9 @@ detail::logits_call block_call(const detail::logits_call& all, const row_blocks&
   return c;
 }
 
-void forward_cpu(const detail::logits_call& c) {
-  dispatch(c.type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = reco::logits::accum_t<T>;
-    reco::logits::forward(static_cast<const T*>(c.logits), c.rows, c.vocab, c.row_stride, c.tokens, c.temperature,
-                          c.row_mask, static_cast<A*>(c.logp), static_cast<A*>(c.entropy), static_cast<A*>(c.lse));
-  });
-}
-
-void backward_cpu(const detail::logits_call& c) {
-  dispatch(c.type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = reco::logits::accum_t<T>;
-    reco::logits::backward(static_cast<const T*>(c.logits), c.rows, c.vocab, c.row_stride, c.tokens, c.temperature,
-                           c.row_mask, static_cast<const A*>(c.grad_logp), static_cast<const A*>(c.grad_entropy),
-                           static_cast<const A*>(c.saved_lse), static_cast<const A*>(c.saved_entropy),
-                           static_cast<T*>(c.dlogits));
-  });
-}
-
 // Runs `cpu` or `cuda` on every block (CUDA: on PyTorch's current stream of the logits' device).
 template <class Cpu, class Cuda>
-void for_each_block(const at::Tensor& logits, detail::logits_call all, const row_blocks& b,
+void for_each_block(const at::Tensor& logits, reco::logits::call all, const row_blocks& b,
                     index_t dlogits_block_stride, Cpu&& cpu, Cuda&& cuda) {
   if (logits.is_cuda()) {
 #if RECO_TORCH_WITH_CUDA
@@ -202,9 +169,9 @@ void for_each_block(const at::Tensor& logits, detail::logits_call all, const row
 }
 
 // The inputs of a forward or backward call (the outputs are set by the caller).
-detail::logits_call input_call(const at::Tensor& logits, const row_blocks& b, const at::Tensor& tokens,
+reco::logits::call input_call(const at::Tensor& logits, const row_blocks& b, const at::Tensor& tokens,
                                double temperature, const void* row_mask) {
-  detail::logits_call c;
+  reco::logits::call c;
   c.type = logit_type_of(logits);
   c.logits = logits.data_ptr();
   c.vocab = b.vocab;
@@ -226,7 +193,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
     const index_t N = b.rows();
     at::Tensor logp = at::empty({N}, opts), entropy = at::empty({N}, opts), lse = at::empty({N}, opts);
     if (N > 0) {
-      detail::logits_call c = input_call(logits, b, tokens, temperature,
+      reco::logits::call c = input_call(logits, b, tokens, temperature,
                                          row_mask ? row_mask->data_ptr() : nullptr);
       c.logp = logp.data_ptr();
       c.entropy = entropy.data_ptr();
@@ -235,7 +202,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       at::Tensor flags;
       void* stream = nullptr;
       if (logits.is_cuda()) flags = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(logits.device()));
-      for_each_block(logits, c, b, 0, forward_cpu, [&](const detail::logits_call& k) {
+      for_each_block(logits, c, b, 0, reco::logits::forward_cpu, [&](const reco::logits::call& k) {
         stream = k.stream;
         detail::logits_forward_cuda(k, flags.data_ptr<int>());
       });
@@ -245,7 +212,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       if (flags.defined() && !detail::stream_is_capturing(stream))
         reco::logits::throw_if_error_flags(flags.item<int>());
 #else
-      for_each_block(logits, c, b, 0, forward_cpu, [](const detail::logits_call&) {});
+      for_each_block(logits, c, b, 0, reco::logits::forward_cpu, [](const reco::logits::call&) {});
 #endif
     }
     ctx->save_for_backward({logits});
@@ -288,7 +255,7 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       const auto mask_it = ctx->saved_data.find("row_mask");
       const at::Tensor lse = ctx->saved_data["lse"].toTensor();
       const at::Tensor entropy = ctx->saved_data["entropy"].toTensor();
-      detail::logits_call c =
+      reco::logits::call c =
           input_call(logits, b, tokens, ctx->saved_data["temperature"].toDouble(),
                      mask_it != ctx->saved_data.end() ? mask_it->second.toTensor().data_ptr() : nullptr);
       c.grad_logp = g_logp.defined() ? g_logp.data_ptr() : nullptr;
@@ -297,10 +264,10 @@ class logp_entropy_function : public ::torch::autograd::Function<logp_entropy_fu
       c.saved_entropy = entropy.data_ptr();
       c.dlogits = dlogits.data_ptr();
 #if RECO_TORCH_WITH_CUDA
-      for_each_block(logits, c, b, gl.block_stride, backward_cpu,
-                     [](const detail::logits_call& k) { detail::logits_backward_cuda(k); });
+      for_each_block(logits, c, b, gl.block_stride, reco::logits::backward_cpu,
+                     [](const reco::logits::call& k) { detail::logits_backward_cuda(k); });
 #else
-      for_each_block(logits, c, b, gl.block_stride, backward_cpu, [](const detail::logits_call&) {});
+      for_each_block(logits, c, b, gl.block_stride, reco::logits::backward_cpu, [](const reco::logits::call&) {});
 #endif
     }
     std::vector<at::Tensor> out{dlogits};
@@ -349,4 +316,5 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, 
   return {outs[0], outs[1]};
 }
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

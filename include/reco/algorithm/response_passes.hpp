@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <string>
 
+#include "reco/algorithm/objective_plan.hpp"
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/token_body.hpp"
 #include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
-#include "reco/detail/simd.hpp"
 #include "reco/result.hpp"
 #include "reco/weight/common.hpp"
 
@@ -67,26 +67,12 @@ batch_pointers<T> pointers_of(const batch_view<T>& b) {
   return p;
 }
 
-// Which optional inputs a call reads and checks.
-struct input_checks {
-  bool ref = false;
-  bool entropy = false;
-  bool rewards = false;
-  bool advantages = false;
-  bool response_weights = false;
-};
-
 // What pass 1 finds in one response's tokens.
 struct token_scan {
   index_t n = 0, first = -1, last = -1;  // valid tokens, first and last valid position
   double old_sum = 0;                    // sum of old_logp (logp when on-policy; rollout_logp when given) over them
   std::uint32_t status = 0;              // value checks of the per-token inputs
 };
-
-#if RECO_SIMD
-template <class T>
-struct packed_scan;  // the vectorised CPU loop, below scan_response_fn
-#endif
 
 // Pass 1, per response: offsets, valid-token count and span, mean old log-prob, value checks.
 template <class T>
@@ -98,18 +84,6 @@ struct scan_response_fn {
   RECO_HOST_DEVICE void operator()(index_t i) const {
     finish(i, scan_tokens(b.layout.begin(i), b.layout.end(i)));
   }
-  // CPU backend: the same with the token loop on packs (packed_scan).
-  void run_packed(index_t i) const {
-#if RECO_SIMD
-    token_scan s;
-    const index_t begin = b.layout.begin(i), end = b.layout.end(i);
-    simd::run_widest<packed_scan<T>>(*this, begin, end, s);
-    finish(i, s);
-#else
-    (*this)(i);
-#endif
-  }
-
   // Which per-token inputs the value checks read.
   RECO_HOST_DEVICE token_checks per_token_checks() const {
     return token_checks{b.old_logp != nullptr, checks.ref, checks.entropy, b.token_weights != nullptr};
@@ -174,66 +148,6 @@ inline bool trim_to_valid(const std::uint8_t* mask, index_t begin, index_t end, 
   return true;
 }
 
-#if RECO_SIMD
-// What a packed scan accumulates per lane: the checks, the sum of old_logp and the valid count.
-template <int W>
-struct scan_lanes {
-  token_faults<simd::pack<W>> faults;
-  simd::pack<W> old_sum = 0.0;
-  simd::counter<W> n;
-  RECO_SIMD_INLINE void finish(token_scan& s) const {
-    s.n = static_cast<index_t>(n.total());
-    s.old_sum = simd::sum_lanes(old_sum);
-    s.status |= fault_status(faults);
-  }
-};
-
-// Pass 1's token loop on packs of W tokens: the same checks and sums, the old_logp sum kept per
-// lane (so it rounds differently from the scalar loop), the checks or-ed per lane. Only the span
-// between the first and the last valid token is read as packs.
-template <class T>
-struct packed_scan {
-  template <int W>
-  using lanes_state = scan_lanes<W>;
-
-  template <int W>
-  static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
-                                   token_scan& s) {
-    if (!trim_to_valid(f.b.mask, begin, end, s)) return;  // no valid token
-    const token_checks which = f.per_token_checks();
-    lanes_state<W> st;
-    index_t t = s.first;
-    for (; t + W <= s.last + 1; t += W) step<W, true>(f, which, t, W, st);
-    if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
-    st.finish(s);
-  }
-
-  template <int W, bool Full>
-  static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
-    if constexpr (Full) return simd::load<W>(src);
-    else return simd::load_first<W>(src, n);
-  }
-
-  template <int W, bool Full>
-  static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, const token_checks& which, index_t t, int n,
-                                    lanes_state<W>& st) {
-    using P = simd::pack<W>;
-    using M = simd::mask<W>;
-    const batch_pointers<T>& b = f.b;
-    M valid = Full ? M(true) : simd::first_lanes<W>(n);
-    if (b.mask)
-      valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
-    const P lp = load<W, Full>(b.logp + t, n);
-    const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
-    st.old_sum += simd::select(valid, b.rollout_logp ? load<W, Full>(b.rollout_logp + t, n) : old, P(0.0));
-    const P ref = which.ref_logp ? load<W, Full>(b.ref_logp + t, n) : P(0.0);
-    const P h = which.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
-    const P w = which.token_weights ? load<W, Full>(b.token_weights + t, n) : P(0.0);
-    token_value_checks(st.faults, which, valid, lp, old, ref, h, w);
-    st.n.add(valid);
-  }
-};
-#endif  // RECO_SIMD
 
 // ---- the error path of a host-accessible backend --------------------------------------------
 //
@@ -507,6 +421,16 @@ struct sequence_fn {
   }
 };
 
+// Per token: the entropy as a sort key, +inf for an invalid token (sorted last).
+template <class T>
+struct fill_entropy_keys_fn {
+  batch_pointers<T> b;
+  double* keys;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    keys[t] = b.valid(t) ? static_cast<double>(b.entropy[t]) : HUGE_VAL;
+  }
+};
+
 // Per response: the `percentile` quantile of its valid tokens' entropies, read from keys sorted
 // ascending within each response (invalid tokens sorted last as +inf).
 struct entropy_quantile_fn {
@@ -528,6 +452,16 @@ struct entropy_quantile_fn {
     r.entropy_q[i] = v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
   }
 };
+
+// The entropy-split clip's stage: each response's entropy quantile into r.entropy_q (keys: N
+// doubles of scratch). One stage for the generic algorithm and the fused CUDA call.
+template <class Backend, class T>
+void entropy_quantiles(const Backend& be, const batch_pointers<T>& b, double* keys, const response_scratch& r,
+                       double percentile) {
+  be.for_each(b.layout.tokens, fill_entropy_keys_fn<T>{b, keys});
+  be.segmented_sort(keys, b.layout);
+  be.for_each(b.layout.responses, entropy_quantile_fn{b.layout, keys, r, percentile});
+}
 
 struct response_partial_fn {
   response_scratch r;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "reco/algorithm/covariance_tokens.hpp"
+#include "reco/algorithm/objective_plan.hpp"
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/plan_call.hpp"
 #include "reco/algorithm/response_passes.hpp"
@@ -24,49 +25,6 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-template <class T>
-struct fill_entropy_keys_fn {
-  batch_pointers<T> b;
-  double* keys;
-  RECO_HOST_DEVICE void operator()(index_t t) const {
-    keys[t] = b.valid(t) ? static_cast<double>(b.entropy[t]) : HUGE_VAL;
-  }
-};
-
-// Scratch of one call, carved out of the workspace.
-template <class T>
-struct objective_scratch {
-  objective_scalars* scalars = nullptr;
-  objective_result* result = nullptr;
-  token_partial* tokens = nullptr;
-  response_scratch r{};
-  std::uint32_t* group_status = nullptr;
-  std::uint8_t* group_zero_std = nullptr;
-  double* keys = nullptr;          // selection / entropy-quantile keys
-  std::uint8_t* kept = nullptr;
-  index_t* tie_rank = nullptr;
-
-  template <class Obj>
-  void carve(carver& c, index_t R, index_t P, index_t N) {
-    scalars = c.take<objective_scalars>(1);
-    result = c.take<objective_result>(1);
-    tokens = c.take<token_partial>(1);
-    r.carve_common(c, R);
-    r.coef_policy = c.take<double>(R);
-    r.coef_valid = c.take<double>(R);
-    group_status = c.take<std::uint32_t>(P);
-    group_zero_std = c.take<std::uint8_t>(P);
-    if constexpr (Obj::selector_type::active) {
-      r.kept = c.take<index_t>(R);
-      kept = c.take<std::uint8_t>(N);
-      tie_rank = c.take<index_t>(N + 1);
-    }
-    if constexpr (Obj::selector_type::active || Obj::clip_type::needs_entropy_quantile) keys = c.take<double>(N);
-    if constexpr (Obj::advantage_type::input == advantage_input::advantages) r.adv_m2 = c.take<double>(R);
-    if constexpr (Obj::ratio_type::scope == ratio_scope::sequence) r.seq_log = c.take<double>(R);
-    if constexpr (Obj::clip_type::needs_entropy_quantile) r.entropy_q = c.take<double>(R);
-  }
-};
 
 }  // namespace detail
 
@@ -92,27 +50,24 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
 
-  objective_scratch<T> sc;
+  // What this call reads, checks and runs, and its scratch: derived once (objective_plan.hpp).
+  const objective_plan pl = plan_of(obj, b.advantages != nullptr, b.token_advantages != nullptr);
+  const objective_stages& st = pl.stages;
+  objective_scratch sc;
+  // The aggregation coefficients per response (the fused CUDA path folds them into its kernels).
+  auto carve = [&](carver& c) {
+    sc.carve(c, st, pl.token_advantages, R, P, N);
+    sc.r.coef_policy = c.take<double>(R);
+    sc.r.coef_valid = c.take<double>(R);
+  };
   carver measure(nullptr);
-  sc.template carve<Objective>(measure, R, P, N);
+  carve(measure);
   carver cut(ws.reserve(be, measure.used()));
-  sc.template carve<Objective>(cut, R, P, N);
+  carve(cut);
   objective_scalars* s = sc.scalars;
   response_scratch r = sc.r;
-  if (!b.token_advantages) r.adv_m2 = nullptr;  // read only for advantages given per token
-  // Scratch a selectable component may need but does not in this call: left unread.
-  if (!sequence_scoped(obj.ratio)) r.seq_log = nullptr;
-  if (!needs_entropy_quantile(obj.clip)) r.entropy_q = nullptr;
-
-  using adv_t = typename Objective::advantage_type;
-  constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
-  input_checks checks;
-  const objective_needs needs = obj.needs();
-  checks.ref = needs.ref_logp;
-  checks.entropy = needs.entropy;
-  checks.rewards = reads_rewards;
-  checks.advantages = !reads_rewards && b.advantages;
-  checks.response_weights = needs.response_weights;
+  const bool reads_rewards = pl.reads_rewards;
+  const input_checks checks = pl.checks;
 
   be.for_each(1, init_scalars_fn{s});
   be.for_each(R, scan_response_fn<T>{b, checks, r});
@@ -144,9 +99,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       if (s->status) throw_data_error(b, s->status);
     }
 
-    if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
-        obj.weight.normalisation() == weight_normalisation::batch_mean)
-      be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+    if (st.finalize) be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
   }
 
   const std::uint8_t* kept = nullptr;
@@ -170,14 +123,11 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       }
     }
   } else if constexpr (Objective::selector_type::active) {
-    if (!term_on(obj.select)) {
-      r.kept = r.length;  // a selectable selector that is off: every valid token
-    } else {
+    if (st.selection) {
       if (plan != nullptr) {
         be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
       } else {
-        compute_cut(be, b.entropy, b.mask, N, term_of(obj.select).params, &s->batch.tokens, sc.keys, s);
-        mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
+        select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
       }
       be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
       if constexpr (Backend::host_accessible) {
@@ -192,22 +142,18 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       }
       kept = sc.kept;
     }
-  } else {
-    r.kept = r.length;
   }
   if constexpr (Objective::clip_type::needs_entropy_quantile) {
-    if (needs_entropy_quantile(obj.clip)) {
-      be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
-      be.segmented_sort(sc.keys, b.layout);
-      be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, r, obj.clip.percentile()});
+    if (st.entropy_quantile) {
+      entropy_quantiles(be, b, sc.keys, r, obj.clip.percentile());
     }
   }
   if constexpr (Objective::ratio_type::scope == ratio_scope::sequence) {
-    if (sequence_scoped(obj.ratio)) be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
+    if (st.sequence) be.for_each(R, sequence_fn<Objective, T>{obj, b, r});
   }
 
   be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
-  const bool kept_denominator = obj.kept_denominator();
+  const bool kept_denominator = pl.kept_denominator;
   be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
   if constexpr (Backend::host_accessible) throw_if_error(s->norm_status);  // before any gradient
   if constexpr (Backend::host_accessible) {

@@ -238,5 +238,15 @@ void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, ind
   be.for_each(n, kept_fn<T>{values, mask, s, need_ranks ? tie_rank : nullptr, kept});
 }
 
+// The selection stage: the cut over the n tokens and their kept flags (keys: n doubles,
+// tie_rank: n + 1). One stage for the generic algorithm and the fused CUDA call.
+template <class Backend, class T>
+void select_tokens(const Backend& be, const T* values, const std::uint8_t* mask, index_t n,
+                   const top_entropy_selection::params_type& p, objective_scalars* s, double* keys,
+                   index_t* tie_rank, std::uint8_t* kept) {
+  compute_cut(be, values, mask, n, p, &s->batch.tokens, keys, s);
+  mark_kept(be, values, mask, n, s, tie_rank, kept);
+}
+
 }  // namespace detail
 RECO_NAMESPACE_END

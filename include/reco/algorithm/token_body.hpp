@@ -1,6 +1,6 @@
 // The per-token body of the objective, written once over the value type V: double for one token
-// (the CPU's scalar token loop and the fused CUDA token step) or a simd::pack of tokens of one
-// response (the CPU's packed loop). The loops load a token's inputs into a basic_token_context,
+// (the CPU's scalar token loop and the fused CUDA token step) or a pack of tokens of one response
+// (the CPU backend's packed loop, reco/backend/cpu/packed_tokens.hpp). The loops load a token's inputs into a basic_token_context,
 // call token_body and add up what it returns; the value checks of the per-token inputs are here
 // too (token_value_checks), shared by the CPU response scan and the CUDA token step. So every CPU
 // test also runs the arithmetic the GPU runs.
@@ -15,7 +15,6 @@
 #include "reco/config.hpp"
 #include "reco/detail/math.hpp"
 #include "reco/detail/slot_traits.hpp"
-#include "reco/detail/simd.hpp"
 #include "reco/result.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -170,23 +169,15 @@ RECO_TOKEN_MATH void token_value_checks(token_faults<V>& f, const token_checks& 
   if (which.token_weights) f.token_weights = f.token_weights || (valid && bad_weight(token_weight));
 }
 
-RECO_HOST_DEVICE inline bool any_lane(bool m) { return m; }
-#if RECO_SIMD
-template <int W>
-RECO_SIMD_INLINE bool any_lane(const simd::mask<W>& m) {
-  return simd::any(m);
-}
-#endif
-
 // The status bits of the faults found.
 template <class V>
 RECO_TOKEN_MATH std::uint32_t fault_status(const token_faults<V>& f) {
   std::uint32_t s = 0;
-  if (any_lane(f.logp)) s |= bad_logp;
-  if (any_lane(f.old_logp)) s |= bad_old_logp;
-  if (any_lane(f.ref_logp)) s |= bad_ref_logp;
-  if (any_lane(f.entropy)) s |= bad_entropy;
-  if (any_lane(f.token_weights)) s |= bad_token_weights;
+  if (lanes<V>::any(f.logp)) s |= bad_logp;
+  if (lanes<V>::any(f.old_logp)) s |= bad_old_logp;
+  if (lanes<V>::any(f.ref_logp)) s |= bad_ref_logp;
+  if (lanes<V>::any(f.entropy)) s |= bad_entropy;
+  if (lanes<V>::any(f.token_weights)) s |= bad_token_weights;
   return s;
 }
 

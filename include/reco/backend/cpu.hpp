@@ -22,6 +22,9 @@
 #include <thrust/system/cpp/execution_policy.h>
 #endif
 
+#include "reco/backend/cpu/packed_pass.hpp"
+#include "reco/backend/cpu/packed_scan.hpp"
+#include "reco/backend/cpu/packed_tokens.hpp"
 #include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
@@ -30,16 +33,6 @@
 RECO_NAMESPACE_BEGIN
 
 namespace detail {
-template <class F, class = void>
-struct has_run_packed : std::false_type {};
-template <class F>
-struct has_run_packed<F, std::void_t<decltype(std::declval<const F&>().run_packed(index_t{}))>> : std::true_type {};
-template <class F, class Acc, class = void>
-struct has_accumulate_segment : std::false_type {};
-template <class F, class Acc>
-struct has_accumulate_segment<F, Acc,
-                              std::void_t<decltype(std::declval<const F&>().accumulate_segment(
-                                  std::declval<Acc&>(), index_t{}, index_t{}, index_t{}, bool{}))>> : std::true_type {};
 template <class F, class Acc, class = void>
 struct has_accumulate_range : std::false_type {};
 template <class F, class Acc>
@@ -167,8 +160,8 @@ struct cpu {
   bool serial = false;
 
   // The per-token passes (the response scan and the token pass) run on packs of doubles
-  // (reco/detail/simd.hpp) where the compiler and the objective's components allow it, at the
-  // widest instruction set the CPU runs. false keeps the scalar loops, the device path's
+  // (reco/backend/cpu/: simd.hpp, packed_scan.hpp, packed_tokens.hpp) where the compiler and the
+  // objective's components allow it, at the widest instruction set the CPU runs. false keeps the scalar loops, the device path's
   // arithmetic token by token (results differ from the packed passes in the last bits).
   bool vectorise = true;
   cpu for_work(index_t tokens) const {
@@ -185,12 +178,12 @@ struct cpu {
 #endif
   }
 
-  // f(i) for i in [0, n); f.run_packed(i) instead where f has a vectorised form (vectorise).
+  // f(i) for i in [0, n); its form on packs instead where it has one (reco/backend/cpu/packed_pass.hpp).
   template <class F>
   void for_each(index_t n, F f) const {
-    if constexpr (detail::has_run_packed<F>::value) {
+    if constexpr (detail::packed_pass<F>::available) {
       if (vectorise) {
-        for_each_index(n, [f](index_t i) { f.run_packed(i); });
+        for_each_index(n, [f](index_t i) { detail::packed_pass<F>::run(f, i); });
         return;
       }
     }
@@ -253,19 +246,18 @@ struct cpu {
       Acc acc{};
       const index_t b = c * chunk, e = std::min(n, b + chunk);
       index_t i = layout.response_of(b);
-      if constexpr (detail::has_accumulate_segment<F, Acc>::value) {
-        // One call per response segment of the chunk, accumulating in place (vectorised).
+      if constexpr (detail::has_accumulate_range<F, Acc>::value) {
+        // One call per response segment of the chunk, accumulating in place (on packs where the
+        // pass has that form: reco/backend/cpu/packed_pass.hpp).
         for (index_t t = b; t < e;) {
           while (t >= layout.end(i)) ++i;
           const index_t stop = std::min(e, layout.end(i));
-          f.accumulate_segment(acc, i, t, stop, packed);
-          t = stop;
-        }
-      } else if constexpr (detail::has_accumulate_range<F, Acc>::value) {
-        for (index_t t = b; t < e;) {
-          while (t >= layout.end(i)) ++i;
-          const index_t stop = std::min(e, layout.end(i));
-          f.accumulate_range(acc, i, t, stop);
+          if constexpr (detail::packed_pass<F>::available) {
+            if (packed) detail::packed_pass<F>::accumulate_segment(f, acc, i, t, stop);
+            else f.accumulate_range(acc, i, t, stop);
+          } else {
+            f.accumulate_range(acc, i, t, stop);
+          }
           t = stop;
         }
       } else {

@@ -1,6 +1,6 @@
 // Helpers shared by the components, host and device. The per-token math is written once over a
 // value type V: double (one token; host and device), or a pack of doubles holding several tokens
-// of one response (the CPU backend's vectorised token pass, reco/detail/simd.hpp). lanes<V> says
+// of one response (the CPU backend's vectorised token pass, reco/backend/cpu/simd.hpp). lanes<V> says
 // how to choose and exponentiate on V; a branch on a per-token value is written
 // select(mask, a, b), which for double is the plain conditional expression.
 #pragma once
@@ -11,7 +11,7 @@
 
 // The per-token math's functions (those written over V): host and device, and always inlined by
 // host compilers, so that the CPU's wide variants compiled for another instruction set
-// (reco/detail/simd.hpp) never call one of them, which would pass packs with another calling
+// (reco/backend/cpu/simd.hpp) never call one of them, which would pass packs with another calling
 // convention. RECO_NO_FORCE_INLINE (only with RECO_NO_SIMD_DISPATCH, for unoptimised sanitizer
 // builds) leaves inlining to the compiler: at -O0 the forced copies make each pass several times
 // larger and slower to compile.
@@ -27,7 +27,7 @@ RECO_NAMESPACE_BEGIN
 namespace detail {
 
 template <class V>
-struct lanes;  // double below; packs in reco/detail/simd.hpp
+struct lanes;  // double below; packs in reco/backend/cpu/simd.hpp
 
 template <>
 struct lanes<double> {
@@ -37,6 +37,7 @@ struct lanes<double> {
   // so that a pack maps each to one instruction (NaN in a gives a).
   RECO_HOST_DEVICE static double min(double a, double b) { return b < a ? b : a; }
   RECO_HOST_DEVICE static double max(double a, double b) { return a < b ? b : a; }
+  RECO_HOST_DEVICE static bool any(bool m) { return m; }
   RECO_HOST_DEVICE static double exp(double x) { return ::exp(x); }
   RECO_HOST_DEVICE static double expm1(double x) { return ::expm1(x); }
   RECO_HOST_DEVICE static double log(double x) { return ::log(x); }

@@ -51,7 +51,7 @@ struct kl_penalty {
   static constexpr bool active = true;
 
   RECO_HOST_DEVICE kl_value eval(double logp, double ref_logp) const { return estimate(logp, ref_logp); }
-  // The same on a pack of tokens (reco/detail/simd.hpp); V = double is eval above.
+  // The same on a pack of tokens (reco/backend/cpu/simd.hpp); V = double is eval above.
   template <class V>
   RECO_TOKEN_MATH basic_kl_value<V> estimate(const V& logp, const V& ref_logp) const {
     using mask = detail::mask_t<V>;

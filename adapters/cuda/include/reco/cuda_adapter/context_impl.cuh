@@ -3,7 +3,7 @@
 // objectives through reco/cuda_adapter/objective.cuh). Requires nvcc.
 #pragma once
 
-#include "reco/backend/cuda/fused_backend.cuh"
+#include "reco/fused/backend.cuh"
 #include "reco/workspace.hpp"
 #include "reco/cuda_adapter/adapter.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "reco/backend/cuda/fused_objective.cuh"
+#include "reco/fused/objective.cuh"
 #include "reco/cuda_adapter/adapter.hpp"
 #include "reco/cuda_adapter/context_impl.cuh"
 #include "reco/cuda_adapter/pointers.hpp"

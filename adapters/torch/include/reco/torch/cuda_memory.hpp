@@ -15,7 +15,8 @@
 
 #include "reco/workspace.hpp"
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 class caching_allocator_resource final : public reco::memory_resource {
  public:
@@ -30,5 +31,6 @@ class caching_allocator_resource final : public reco::memory_resource {
   cudaStream_t stream_;
 };
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END
 #endif

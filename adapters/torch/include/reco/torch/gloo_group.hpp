@@ -13,7 +13,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
-namespace reco::torch {
+#include "reco/config.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 inline c10::intrusive_ptr<c10d::ProcessGroup> loopback_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                   int rank, int world,
@@ -31,4 +34,5 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> loopback_gloo_group(const c10::int
 #endif
 }
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -51,7 +51,8 @@
 #define RECO_TORCH_OBJECT_CUDA 0
 #endif
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 struct planned_step;  // reco/torch/step_plan.hpp
 
@@ -169,4 +170,5 @@ policy_output policy_loss(const Objective& obj, const policy_inputs& in) {
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides = {});
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -8,7 +8,8 @@
 
 #include "reco/result.hpp"
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 inline constexpr int stats_size = 30;
 
@@ -98,4 +99,5 @@ inline objective_result unpack_stats(const double* v) {
   return r;
 }
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -33,7 +33,8 @@
 #include "reco/torch/detail/cpu_run.hpp"
 #include "reco/torch/policy_loss.hpp"
 
-namespace reco::torch {
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 struct step_options {
   std::uint64_t step = 0;  // the step id (a counter), the same on every rank
@@ -88,4 +89,5 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const reco::step_part& part,
                           const std::vector<at::Tensor>& summed);
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

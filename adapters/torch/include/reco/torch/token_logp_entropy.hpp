@@ -19,9 +19,13 @@
 
 #include <ATen/ATen.h>
 
-namespace reco::torch {
+#include "reco/config.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace torch {
 
 std::tuple<at::Tensor, at::Tensor> token_logp_entropy(const at::Tensor& logits, const at::Tensor& tokens,
                                                       double temperature = 1.0, const at::Tensor& row_mask = {});
 
-}  // namespace reco::torch
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -5,7 +5,9 @@
 #include "reco/workspace.hpp"
 #include "reco/torch/detail/request.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 // One reusable host workspace per thread, so that steady-state calls allocate no scratch.
 inline reco::workspace<reco::cpu>& cpu_workspace() {
@@ -40,4 +42,6 @@ plan_ops plan_ops_for(const Objective& obj) {
   return ops;
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

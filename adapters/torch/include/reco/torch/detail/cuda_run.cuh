@@ -1,16 +1,20 @@
-// Runs an objective on reco::cuda for a run_request: PyTorch's current stream, scratch from the
-// caching allocator, the result packed into a device array. nvcc only.
+// Runs an objective on the fused CUDA path (reco::cuda_fused, reco/fused/) for a run_request:
+// PyTorch's current stream, scratch from the caching allocator, the result packed into a device
+// array. The same path as the raw-buffer CUDA adapter (reco/cuda_adapter/objective.cuh). nvcc only.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "reco/backend/cuda.cuh"
+#include "reco/fused/objective.cuh"
 #include "reco/workspace.hpp"
 #include "reco/torch/cuda_memory.hpp"
 #include "reco/torch/detail/request.hpp"
 #include "reco/torch/stats.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 // A template so that every translation unit may define it.
 template <int = 0>
@@ -25,12 +29,14 @@ template <class Objective>
 void run_cuda(const Objective& obj, const run_request& q) {
   const auto stream = static_cast<cudaStream_t>(q.stream);
   caching_allocator_resource resource(stream);
-  reco::workspace<reco::cuda> ws(&resource);
-  const reco::cuda backend(stream);
+  reco::workspace<reco::cuda_fused> ws(&resource);
+  const reco::cuda_fused backend(stream);
   const objective_result* r = q.use_double ? obj.run(backend, q.batch_d, q.grads_d, ws, q.norm)
                                            : obj.run(backend, q.batch_f, q.grads_f, ws, q.norm);
   pack_stats_kernel<<<1, 1, 0, stream>>>(r, q.stats_out);
   reco::detail::cuda_check(cudaGetLastError(), "pack_stats_kernel");
 }
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

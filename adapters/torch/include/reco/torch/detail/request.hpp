@@ -11,7 +11,9 @@
 #include "reco/result.hpp"
 #include "reco/step_plan.hpp"
 
-namespace reco::torch::detail {
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
 
 // What an objective reads and writes (reco/objective_needs.hpp).
 using reco::needs_of;
@@ -47,4 +49,6 @@ struct plan_ops {
   std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&)> round;
 };
 
-}  // namespace reco::torch::detail
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "reco/advantage/common.hpp"
+#include "reco/algorithm/objective_plan.hpp"
 #include "reco/component.hpp"
 #include "reco/config.hpp"
-#include "reco/weight/common.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace fused {
@@ -36,33 +35,10 @@ struct device_limits {
   int token_blocks_per_sm = 1;     // ... kernel B
 };
 
-// Which stages an objective needs; compile-time facts of its components plus the run-time
-// parameters that switch stages on (batch-mean weight normalisation, the kept denominator).
-struct stages {
-  bool finalize = false;             // kernel F: batch-stage advantages / batch-mean weights
-  bool old_mean = false;             // kernel A averages old_logp per response (response weights)
-  bool sequence = false;             // a sequence-scope ratio form
-  bool sequence_in_finalize = false; // ... whose per-response pass must wait for final advantages
-  bool selection = false;            // token selector: cut + kept flags (generic, sort-based)
-  bool kept_counts = false;          // selector with the kept denominator: kept counts per response
-  bool entropy_quantile = false;     // entropy-split clip: per-response quantiles (segmented sort)
-};
-
-template <class Obj>
-stages stages_of(const Obj& obj) {
-  using adv_t = typename Obj::advantage_type;
-  stages s;
-  const bool batch_stage = adv_t::batch_stage != advantage_batch_stage::none;
-  s.finalize = batch_stage || obj.weight.normalisation() == weight_normalisation::batch_mean;
-  s.old_mean = detail::weight_needs_old_mean<typename Obj::weight_type>::value;
-  s.sequence = Obj::ratio_type::scope == ratio_scope::sequence;
-  // A sequence term may read the sign of the advantage (GMPO), so it runs once A is final.
-  s.sequence_in_finalize = s.sequence && batch_stage;
-  s.selection = Obj::selector_type::active;
-  s.kept_counts = s.selection && obj.kept_denominator();
-  s.entropy_quantile = Obj::clip_type::needs_entropy_quantile;
-  return s;
-}
+// The stages a call runs: the objective's plan (reco/algorithm/objective_plan.hpp), the one
+// derivation the generic algorithm reads too.
+using stages = objective_stages;
+using ::reco::stages_of;
 
 // The problem as the planner sees it.
 struct shape {
@@ -81,6 +57,7 @@ struct plan {
   bool generic_selection = false;  // + the generic cut / kept-flag passes (radix sort + scan)
   bool generic_kept_counts = false;
   bool generic_entropy_quantile = false;  // + the generic segmented sort
+  stages st{};                     // the objective's stages the plan was made for
 };
 
 inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
@@ -135,6 +112,7 @@ inline plan make_plan(const shape& sh, const stages& st, const device_limits& de
   p.generic_selection = st.selection;
   p.generic_kept_counts = st.kept_counts;
   p.generic_entropy_quantile = st.entropy_quantile;
+  p.st = st;
   return p;
 }
 

@@ -30,13 +30,13 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/cuda.cuh"
-#include "reco/backend/cuda/call_args.hpp"
-#include "reco/backend/cuda/fused_backend.cuh"
-#include "reco/backend/cuda/fused_layout.hpp"
-#include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/cuda/response_kernel.cuh"
-#include "reco/backend/cuda/ticket.hpp"
-#include "reco/backend/cuda/token_kernel.cuh"
+#include "reco/fused/call_args.hpp"
+#include "reco/fused/backend.cuh"
+#include "reco/fused/layout.hpp"
+#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/response_kernel.cuh"
+#include "reco/fused/ticket.hpp"
+#include "reco/fused/token_kernel.cuh"
 #include "reco/workspace.hpp"
 #include "reco/batch.hpp"
 #include "reco/result.hpp"
@@ -98,9 +98,9 @@ struct objective_algorithm<cuda_fused, Objective> {
     const fused::shape sh{R, N, P};
     fused::scratch sc;
     carver measure(nullptr);
-    sc.template carve<Objective>(measure, sh, p);
+    sc.carve(measure, sh, p);
     carver cut(ws.reserve(be, measure.used()));
-    sc.template carve<Objective>(cut, sh, p);
+    sc.carve(cut, sh, p);
     const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, fused::next_epoch());
     const cudaStream_t stream = be.stream;
 
@@ -114,23 +114,7 @@ struct objective_algorithm<cuda_fused, Objective> {
     }
 
     // The pieces that need a sort: the generic passes, on the same stream and scratch.
-    objective_scalars* s = sc.scalars;
-    if constexpr (is_covariance_selection_v<typename Objective::selector_type>) {
-      ::reco::detail::fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
-    } else if constexpr (Objective::selector_type::active) {
-      compute_cut(be, b.entropy, b.mask, N, obj.select.params, &s->batch.tokens, sc.keys, s);
-      mark_kept(be, b.entropy, b.mask, N, s, sc.tie_rank, sc.kept);
-      if (obj.kept_denominator()) {
-        be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
-        be.reduce(R, response_partial_fn{sc.r}, merge_fn<response_partial>{}, &s->responses);
-        be.for_each(1, counts_fn<Objective>{s, norm, b.layout, true});
-      }
-    }
-    if constexpr (Objective::clip_type::needs_entropy_quantile) {
-      be.for_each(N, fill_entropy_keys_fn<T>{b, sc.keys});
-      be.segmented_sort(sc.keys, b.layout);
-      be.for_each(R, entropy_quantile_fn{b.layout, sc.keys, sc.r, obj.clip.params.percentile});
-    }
+    fused::run_sorted_stages(be, obj, batch, sc, p, norm);
 
     fused::token_kernel<Objective, T><<<static_cast<unsigned>(p.token_grid), fused::token_block, 0, stream>>>(
         args.token);

@@ -1,4 +1,5 @@
-// The step plan's passes over one part's tokens (host memory):
+// The step plan's passes over one part's tokens: host code on the CPU's packs, whatever backend
+// the calls run on (the plan is built on the host):
 //   plan_scan_fn       per response, the valid-token count and (when the response weighter reads
 //                      it) the mean old log-probability, checking the values it reads;
 //   entropy_histogram  counts of the valid tokens' entropy keys by one 16-bit digit;
@@ -16,8 +17,9 @@
 
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/token_body.hpp"
+#include "reco/backend/cpu/packed_scan.hpp"
+#include "reco/backend/cpu/simd.hpp"
 #include "reco/config.hpp"
-#include "reco/detail/simd.hpp"
 
 // The histogram and cut passes go through simd::run_widest where the SIMD kernels exist (their
 // loops then vectorise on the widest registers), and are plain inline functions elsewhere (nvcc).

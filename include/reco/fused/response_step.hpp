@@ -15,7 +15,7 @@
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/token_pass.hpp"
-#include "reco/backend/cuda/fused_partials.hpp"
+#include "reco/fused/partials.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"

@@ -1,5 +1,5 @@
 // The arguments of one fused call's kernels, built from the objective, the batch, the carved
-// scratch and the plan. Host code shared by the CUDA call (fused_objective.cuh) and the host
+// scratch and the plan. Host code shared by the CUDA call (fused/objective.cuh) and the host
 // emulation in the tests, so that both run the same stages on the same arguments.
 #pragma once
 
@@ -8,10 +8,12 @@
 
 #include "reco/advantage/common.hpp"
 #include "reco/algorithm/response_passes.hpp"
-#include "reco/backend/cuda/fused_layout.hpp"
-#include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/cuda/response_step.hpp"
-#include "reco/backend/cuda/token_step.hpp"
+#include "reco/algorithm/select_tokens.hpp"
+#include "reco/algorithm/token_pass.hpp"
+#include "reco/fused/layout.hpp"
+#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/response_step.hpp"
+#include "reco/fused/token_step.hpp"
 #include "reco/batch.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -25,34 +27,19 @@ struct call_args {
   token_args<Obj, T> token;
 };
 
-// The value checks a call makes (the generic algorithm's, split between kernels A and B).
-template <class Obj>
-detail::input_checks checks_of() {
-  using adv_t = typename Obj::advantage_type;
-  constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
-  detail::input_checks c;
-  c.ref = Obj::kl_type::active;
-  c.entropy = Obj::needs_entropy;
-  c.rewards = reads_rewards;
-  c.advantages = !reads_rewards;
-  c.response_weights = Obj::weight_type::reads_response_weights;
-  return c;
-}
-
 template <class Obj, class T>
 call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gradients<T> grads, const scratch& sc,
                                  const plan& p, const normalisers& norm, std::uint64_t epoch) {
-  using adv_t = typename Obj::advantage_type;
-  constexpr bool reads_rewards = adv_t::input == advantage_input::rewards;
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
-  detail::input_checks checks = checks_of<Obj>();
-  // Given advantages may be absent only from a batch without tokens (nothing reads them there).
-  checks.advantages = checks.advantages && b.advantages != nullptr;
-  const bool kept_denominator = obj.kept_denominator();
+  // The objective's plan (objective_plan.hpp): the checks split between kernels A and B, the stages.
+  const detail::objective_plan pl = detail::plan_of(obj, b.advantages != nullptr, false);
+  const detail::input_checks checks = pl.checks;
+  const bool reads_rewards = pl.reads_rewards;
+  const bool kept_denominator = pl.kept_denominator;
   const bool with_finalize = p.finalize_grid > 0;
 
   call_args<Obj, T> c{};
-  c.st = stages_of(obj);
+  c.st = pl.stages;
   c.response = response_args<Obj, T>{obj,
                                      b,
                                      sc.r,
@@ -82,7 +69,7 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
   c.token = token_args<Obj, T>{obj,
                                b,
                                sc.r,
-                               Obj::selector_type::active ? sc.kept : nullptr,
+                               pl.stages.selection ? sc.kept : nullptr,
                                sc.scalars,
                                grads.logp.data(),
                                grads.entropy.empty() ? nullptr : grads.entropy.data(),
@@ -99,6 +86,33 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
                                reads_rewards,
                                b.groups};
   return c;
+}
+
+// The stages that need a sort (token selection, entropy quantiles), run between kernels A/F and
+// kernel B by the generic passes on the call's scratch: on the CUDA backend in the fused call, on
+// the CPU backend in the tests' host emulation of it.
+template <class Backend, class Obj, class T>
+void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& batch, const scratch& sc,
+                       const plan& p, const normalisers& norm) {
+  using namespace detail;
+  const batch_pointers<T> b = pointers_of(batch);
+  const index_t R = b.layout.responses, N = b.layout.tokens;
+  objective_scalars* s = sc.scalars;
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
+    fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
+  } else if constexpr (Obj::selector_type::active) {
+    if (p.st.selection) {
+      select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
+      if (p.st.kept_counts) {
+        be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
+        be.reduce(R, response_partial_fn{sc.r}, merge_fn<response_partial>{}, &s->responses);
+        be.for_each(1, counts_fn<Obj>{s, norm, b.layout, true});
+      }
+    }
+  }
+  if constexpr (Obj::clip_type::needs_entropy_quantile) {
+    if (p.st.entropy_quantile) entropy_quantiles(be, b, sc.keys, sc.r, obj.clip.percentile());
+  }
 }
 
 // Structural errors the generic CUDA path cannot see but the CPU path rejects (in its host check

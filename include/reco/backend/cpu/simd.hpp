@@ -463,6 +463,7 @@ struct lanes<simd::pack<W>> {
   static RECO_SIMD_INLINE pack select(const mask& m, const pack& a, const pack& b) { return simd::select(m, a, b); }
   static RECO_SIMD_INLINE pack min(const pack& a, const pack& b) { return simd::min_of(b, a); }  // b < a ? b : a
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }  // b > a ? b : a
+  static RECO_SIMD_INLINE bool any(const mask& m) { return simd::any(m); }
   static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
   static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
   // Lane by lane through the C library (only DPPO's binary-KL region needs a log).

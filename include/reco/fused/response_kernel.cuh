@@ -20,10 +20,10 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
-#include "reco/backend/cuda/block_merge.cuh"
-#include "reco/backend/cuda/fused_partials.hpp"
-#include "reco/backend/cuda/launch_plan.hpp"
-#include "reco/backend/cuda/response_step.hpp"
+#include "reco/fused/block_merge.cuh"
+#include "reco/fused/partials.hpp"
+#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/response_step.hpp"
 #include "reco/component.hpp"
 
 RECO_NAMESPACE_BEGIN

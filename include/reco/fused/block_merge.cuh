@@ -11,7 +11,7 @@
 
 #include <cub/block/block_reduce.cuh>
 
-#include "reco/backend/cuda/ticket.hpp"
+#include "reco/fused/ticket.hpp"
 #include "reco/config.hpp"
 
 RECO_NAMESPACE_BEGIN

@@ -1,6 +1,6 @@
 // reco::cuda_fused: the CUDA backend with the fused objective kernels.
 //
-//   #include "reco/backend/cuda/fused_objective.cuh"
+//   #include "reco/fused/objective.cuh"
 //   reco::workspace<reco::cuda_fused> ws;                       // reused across steps
 //   auto r = obj(reco::cuda_fused{stream}, batch, grads, ws);  // same result as reco::cuda
 //
@@ -41,7 +41,7 @@ struct cuda_fused : cuda {
   }
 };
 
-// Declared here and defined in fused_objective.cuh: a call on cuda_fused that does not see the
+// Declared here and defined in fused/objective.cuh: a call on cuda_fused that does not see the
 // definition fails to compile (incomplete type) instead of silently running the generic passes.
 template <class Objective>
 struct objective_algorithm<cuda_fused, Objective>;

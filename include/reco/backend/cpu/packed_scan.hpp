@@ -1,0 +1,89 @@
+// The CPU backend's response scan on SIMD packs: pass 1 of the generic algorithm
+// (scan_response_fn, reco/algorithm/response_passes.hpp) with its token loop on packs of the
+// widest width the CPU runs. The same checks and sums; the old_logp sum is kept per lane, so it
+// rounds differently from the scalar loop.
+#pragma once
+
+#include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/token_body.hpp"
+#include "reco/backend/cpu/packed_pass.hpp"
+#include "reco/backend/cpu/simd.hpp"
+#include "reco/config.hpp"
+
+#if RECO_SIMD
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+// What a packed scan accumulates per lane: the checks, the sum of old_logp and the valid count.
+template <int W>
+struct scan_lanes {
+  token_faults<simd::pack<W>> faults;
+  simd::pack<W> old_sum = 0.0;
+  simd::counter<W> n;
+  RECO_SIMD_INLINE void finish(token_scan& s) const {
+    s.n = static_cast<index_t>(n.total());
+    s.old_sum = simd::sum_lanes(old_sum);
+    s.status |= fault_status(faults);
+  }
+};
+
+// Pass 1's token loop on packs of W tokens: the same checks and sums, the old_logp sum kept per
+// lane (so it rounds differently from the scalar loop), the checks or-ed per lane. Only the span
+// between the first and the last valid token is read as packs.
+template <class T>
+struct packed_scan {
+  template <int W>
+  using lanes_state = scan_lanes<W>;
+
+  template <int W>
+  static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
+                                   token_scan& s) {
+    if (!trim_to_valid(f.b.mask, begin, end, s)) return;  // no valid token
+    const token_checks which = f.per_token_checks();
+    lanes_state<W> st;
+    index_t t = s.first;
+    for (; t + W <= s.last + 1; t += W) step<W, true>(f, which, t, W, st);
+    if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
+    st.finish(s);
+  }
+
+  template <int W, bool Full>
+  static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
+    if constexpr (Full) return simd::load<W>(src);
+    else return simd::load_first<W>(src, n);
+  }
+
+  template <int W, bool Full>
+  static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, const token_checks& which, index_t t, int n,
+                                    lanes_state<W>& st) {
+    using P = simd::pack<W>;
+    using M = simd::mask<W>;
+    const batch_pointers<T>& b = f.b;
+    M valid = Full ? M(true) : simd::first_lanes<W>(n);
+    if (b.mask)
+      valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
+    const P lp = load<W, Full>(b.logp + t, n);
+    const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
+    st.old_sum += simd::select(valid, b.rollout_logp ? load<W, Full>(b.rollout_logp + t, n) : old, P(0.0));
+    const P ref = which.ref_logp ? load<W, Full>(b.ref_logp + t, n) : P(0.0);
+    const P h = which.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
+    const P w = which.token_weights ? load<W, Full>(b.token_weights + t, n) : P(0.0);
+    token_value_checks(st.faults, which, valid, lp, old, ref, h, w);
+    st.n.add(valid);
+  }
+};
+
+template <class T>
+struct packed_pass<scan_response_fn<T>> {
+  static constexpr bool available = true;
+  static void run(const scan_response_fn<T>& f, index_t i) {
+    token_scan s;
+    const index_t begin = f.b.layout.begin(i), end = f.b.layout.end(i);
+    simd::run_widest<packed_scan<T>>(f, begin, end, s);
+    f.finish(i, s);
+  }
+};
+
+}  // namespace detail
+RECO_NAMESPACE_END
+#endif  // RECO_SIMD
