@@ -12,8 +12,9 @@
 //   reco::step_part part{step, first_response, first_group};
 //   reco::step_summary s = reco::summarize(obj, batch, part);     // + all-reduce SUM over parts
 //   reco::step_plan plan = reco::finish_plan(obj, step, s);
+//   reco::part_rounds state;                                       // optional: the cut's candidates
 //   while (!plan.complete()) {                                     // 80/20 cut: a few rounds
-//     reco::step_summary r = reco::plan_round(obj, plan, batch, part);  // + all-reduce SUM
+//     reco::step_summary r = reco::plan_round(obj, plan, batch, part, &state);  // + all-reduce SUM
 //     plan.advance(r);
 //   }
 //   obj(reco::cpu{}, batch, grads, ws, plan, part);                // this part's share
@@ -28,7 +29,10 @@
 // 2 rounds for float, 4 for double, each a sum of 2^16-bucket histograms; the first rides with the
 // stage-0 summaries, which need nothing from other parts either); tokens on the cut are
 // kept in step order (response index in the step, then position in the response), which one more
-// summed round of per-response counts settles. Nothing depends on the number of parts.
+// summed round of per-response counts settles. Nothing depends on the number of parts. The first
+// round after the summaries gathers the part's candidates (its tokens under the targets' first
+// digit, a few per thousand on spread entropies) into a part_rounds when given one; the later
+// rounds and the counts then read those instead of the part's data (the same summaries).
 //
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
@@ -44,6 +48,7 @@
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "reco/algorithm/plan_call.hpp"
@@ -90,6 +95,13 @@ struct step_summary {
     for (std::size_t i = 0; i < values.size(); ++i) values[i] += o.values[i];
     return *this;
   }
+  step_summary& operator+=(step_summary&& o) {
+    if (values.empty()) {
+      values = std::move(o.values);
+      return *this;
+    }
+    return *this += static_cast<const step_summary&>(o);
+  }
   double* data() { return values.data(); }
   std::size_t size() const { return values.size(); }
 };
@@ -117,8 +129,8 @@ enum : std::size_t {
   plan_f_weight = 6,
   plan_fields = 7,
 };
-inline constexpr int plan_digit_bits = 16;
-inline constexpr std::size_t plan_buckets = std::size_t(1) << plan_digit_bits;
+inline constexpr int plan_digit_bits = key_digit_bits;
+inline constexpr std::size_t plan_buckets = key_digits;
 
 inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);
@@ -287,24 +299,6 @@ bool summary_has_histogram(const Obj& obj) {
   else return false;
 }
 
-// A part's histogram of the digit at `shift` of its valid entropy keys under `prefix` (the
-// `above` bits over the digit), into out[0, plan_buckets) as doubles. Counts are integers first
-// (exact), converted once.
-template <class T>
-void histogram_summary(const batch_pointers<T>& b, int shift, int above, std::uint64_t prefix, double* out,
-                       bool* nonfinite = nullptr) {
-  auto count = [&](auto zero) {
-    // One buffer per thread, kept: a fresh 256 KiB one per round costs more in page faults than
-    // the round itself at 1M tokens.
-    thread_local std::vector<decltype(zero)> counts;
-    counts.assign(plan_buckets, zero);
-    entropy_histogram(b, shift, above, prefix, counts.data(), nonfinite);
-    for (std::size_t d = 0; d < plan_buckets; ++d) out[d] = static_cast<double>(counts[d]);
-  };
-  if (static_cast<std::uint64_t>(b.layout.tokens) < (std::uint64_t(1) << 32)) count(std::uint32_t{0});
-  else count(std::uint64_t{0});
-}
-
 }  // namespace detail
 
 // The step's plan: what every call of a split step needs from the rest of the step.
@@ -411,6 +405,7 @@ class step_plan {
       double below = 0;
       std::size_t b = 0;
       for (; b < detail::plan_buckets; ++b) {
+        if (h[b] == 0) continue;  // most digits are empty: no dependent add for them
         if (below + h[b] > static_cast<double>(rank_[j])) break;
         below += h[b];
       }
@@ -521,7 +516,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   }
   if (histogram) {
     bool nonfinite = false;
-    histogram_summary(b, static_cast<int>(sizeof(T) * 8) - plan_digit_bits, 0, 0, body + fields, &nonfinite);
+    first_digit_histogram(b, body + fields, &nonfinite);
     if (nonfinite) bits |= bad_entropy;
   }
   for (int k = 0; k < 16; ++k)
@@ -678,10 +673,46 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   return plan;
 }
 
+// What a part may keep between the rounds of its plan: the tokens a cut inside the current
+// prefixes may still split (cut_candidates), gathered by the first round after the summaries.
+// With it, the later rounds and the cut counts read those few tokens instead of the part's data
+// again; without it (stateless bindings), every round reads the data. Both give the same
+// summaries. A state belongs to one part and one plan: pass the same batch every round.
+struct part_rounds {
+  std::uint64_t fingerprint = 0;  // the plan it was gathered for (0: nothing gathered)
+  index_t first_response = -1, responses = -1;
+  detail::cut_candidates candidates;
+};
+
+namespace detail {
+
+// Whether a part's state covers the plan's current prefixes [lo, hi] at `done` bits.
+inline bool covers(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R, int done,
+                   std::uint64_t lo, std::uint64_t hi) {
+  const cut_candidates& c = st.candidates;
+  if (st.fingerprint != plan.fingerprint() || st.first_response != part.first_response || st.responses != R ||
+      c.lo > c.hi || c.done > done)
+    return false;
+  const int s = done - c.done;
+  return (lo >> s) >= c.lo && (hi >> s) <= c.hi;
+}
+
+// Whether the cut lies inside the values of a state's prefix range (then every token outside the
+// candidates is on the same side of the cut as its range; NaN bounds fail the test).
+inline bool cut_inside(const cut_candidates& c, std::size_t width, double cut) {
+  const int s = static_cast<int>(width * 8) - c.done;
+  const std::uint64_t low = c.lo << s, high = (c.hi << s) | ((std::uint64_t(1) << s) - 1);
+  return key_value(low, width) <= cut && cut <= key_value(high, width);
+}
+
+}  // namespace detail
+
 // A part's summary for the plan's pending round (host memory): a histogram of its entropy keys
-// under the current prefix, or its per-response counts above and on the cut.
+// under the current prefix, or its per-response counts above and on the cut. `state` (optional)
+// keeps the part's cut candidates from one round to the next.
 template <class Obj, class T>
-step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<T>& batch, const step_part& part) {
+step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<T>& batch, const step_part& part,
+                        part_rounds* state = nullptr) {
   using namespace detail;
   require(!plan.complete(), "plan", "is complete; no round is pending");
   require(plan_fingerprint(obj, part.step, sizeof(T)) == plan.fingerprint(), "plan",
@@ -695,21 +726,46 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
                                      : 2 * static_cast<std::size_t>(part.step.responses);
   step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
   double* out = s.values.data() + plan_header;
+  part_rounds scratch;
+  part_rounds& st = state ? *state : scratch;
+  const int W = static_cast<int>(sizeof(T) * 8);
   if (histogram) {
-    const int W = static_cast<int>(sizeof(T) * 8);
+    // The candidates under the targets' prefixes (the two targets of a quantile may differ),
+    // gathered from the data or narrowed from the previous round's.
     const int done = plan.round() * plan_digit_bits;
+    const std::uint64_t lo = plan.prefix(0), hi = plan.prefix(plan.targets() - 1);
+    if (covers(st, plan, part, R, done, lo, hi)) {
+      st.candidates.narrow(W, done, lo, hi);
+    } else {
+      st.fingerprint = plan.fingerprint();
+      st.first_response = part.first_response;
+      st.responses = R;
+      gather_candidates(b, done, lo, hi, st.candidates);
+    }
+    const cut_candidates& c = st.candidates;
     const int shift = W - done - plan_digit_bits;
-    // One histogram per distinct prefix (the two targets of a quantile often share it).
     for (int j = 0; j < plan.targets(); ++j) {
-      double* h = out + static_cast<std::size_t>(j) * plan_buckets;
-      if (j > 0 && plan.prefix(j) == plan.prefix(j - 1))
-        std::memcpy(h, h - plan_buckets, plan_buckets * sizeof(double));
-      else
-        histogram_summary(b, shift, done, plan.prefix(j), h);
+      double* hj = out + static_cast<std::size_t>(j) * plan_buckets;
+      for (std::size_t k = 0; k < c.keys.size(); ++k)
+        if ((c.keys[k] >> (W - done)) == plan.prefix(j)) hj[(c.keys[k] >> shift) & (plan_buckets - 1)] += 1;
     }
   } else {
+    const double cut = plan.cut().value;
     std::vector<std::int64_t> above(static_cast<std::size_t>(R)), on(static_cast<std::size_t>(R));
-    count_cut(b, plan.cut().value, above.data(), on.data());
+    const cut_candidates& c = st.candidates;
+    if (state && st.fingerprint == plan.fingerprint() && st.first_response == part.first_response &&
+        st.responses == R && c.lo <= c.hi && cut_inside(c, sizeof(T), cut)) {
+      // Outside the candidates' range every token lies on the side its range does.
+      above = c.above;
+      for (std::size_t k = 0; k < c.keys.size(); ++k) {
+        const double x = key_value(c.keys[k], sizeof(T));
+        const auto i = static_cast<std::size_t>(c.responses[k]);
+        above[i] += x > cut;
+        on[i] += x == cut;
+      }
+    } else {
+      count_cut(b, cut, above.data(), on.data());
+    }
     for (index_t i = 0; i < R; ++i) {
       out[2 * (part.first_response + i)] = static_cast<double>(above[i]);
       out[2 * (part.first_response + i) + 1] = static_cast<double>(on[i]);
@@ -728,9 +784,10 @@ step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<bat
   step_summary total;
   for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p]);
   step_plan plan = finish_plan(obj, step, total);
+  std::vector<part_rounds> states(parts.size());
   while (!plan.complete()) {
     step_summary round;
-    for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p]);
+    for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p], &states[p]);
     plan.advance(round);
   }
   return plan;

@@ -371,6 +371,92 @@ TEST(StepPlan, TiesAcrossPartsKeepStepOrder) {
   }
 }
 
+// The rounds after the summaries read each part's cut candidates (reco::part_rounds) when given
+// one, the part's data otherwise: both give the same summaries, round by round, and the kept
+// counts of a naive top-k over the step (value descending, then step position), on value sets
+// that stress the keys: heavy ties, negative values, -0 and +0, subnormals, huge values, every
+// value equal, and values whose quantile targets fall in different key digits.
+template <class T>
+void check_candidate_rounds(const std::vector<double>& values, reco::selection_rule rule, const std::string& label) {
+  reco_test::batch_spec spec;
+  spec.groups = 7;
+  spec.max_length = 19;
+  master_batch m = reco_test::make_batch(91, spec);
+  for (std::size_t t = 0; t < m.entropy.size(); ++t) m.entropy[t] = values[t % values.size()];
+  reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+                  reco::top_entropy_selection>
+      obj;
+  obj.select.params.rule = rule;
+  obj.select.params.rho = 0.3;
+  for (const auto& cuts : standard_cuts(m.R, 3)) {
+    std::vector<index_t> bounds{0};
+    bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+    bounds.push_back(m.R);
+    const reco::step_info step{5, m.R, 1.0, 0};
+    std::vector<typed_batch<T>> typed;
+    std::vector<reco::step_part> parts;
+    for (std::size_t p = 0; p + 1 < bounds.size(); ++p) {
+      index_t fg = 0;
+      typed.emplace_back(slice(m, bounds[p], bounds[p + 1], fg));
+      parts.push_back(reco::step_part{step, bounds[p], fg});
+    }
+    reco::step_summary total;
+    for (std::size_t p = 0; p < parts.size(); ++p) total += reco::summarize(obj, typed[p].view(), parts[p]);
+    reco::step_plan with = reco::finish_plan(obj, step, total), without = with;
+    std::vector<reco::part_rounds> states(parts.size());
+    int rounds = 0;
+    while (!with.complete()) {
+      ASSERT_FALSE(without.complete()) << label;
+      reco::step_summary a, b;
+      for (std::size_t p = 0; p < parts.size(); ++p) {
+        a += reco::plan_round(obj, with, typed[p].view(), parts[p], &states[p]);
+        b += reco::plan_round(obj, without, typed[p].view(), parts[p]);
+      }
+      ASSERT_EQ(a.values, b.values) << label << ", round " << rounds;
+      with.advance(a);
+      without.advance(b);
+      ++rounds;
+    }
+    ASSERT_TRUE(without.complete()) << label;
+    EXPECT_EQ(rounds, static_cast<int>(sizeof(T) * 8 / 16)) << label;  // the histogram rounds + the counts
+    ASSERT_EQ(with.kept(), without.kept()) << label;
+    if (rule != reco::selection_rule::top_k) continue;
+    // Naive top-k over the step, the values as the parts see them (type T), -0 equal to +0.
+    std::vector<std::pair<double, index_t>> order;  // (value, step position of a valid token)
+    std::vector<index_t> owner;
+    for (index_t i = 0; i < m.R; ++i)
+      for (index_t t = m.begin(i); t < m.end(i); ++t)
+        if (m.mask[static_cast<std::size_t>(t)]) {
+          order.emplace_back(static_cast<double>(static_cast<T>(m.entropy[static_cast<std::size_t>(t)])),
+                             static_cast<index_t>(owner.size()));
+          owner.push_back(i);
+        }
+    std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    const auto k = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(0.3 * order.size() - 1e-9)));
+    std::vector<index_t> want(static_cast<std::size_t>(m.R), 0);
+    for (std::size_t j = 0; j < k && j < order.size(); ++j) ++want[static_cast<std::size_t>(owner[order[j].second])];
+    ASSERT_EQ(with.kept(), want) << label;
+  }
+}
+
+TEST(StepPlan, CandidateRoundsEqualDataRounds) {
+  const double inf_free_huge = 3.0e38, tiny = 1e-40;  // float's range: a huge and a subnormal value
+  const std::vector<std::pair<std::string, std::vector<double>>> sets = {
+      {"heavy ties", {0.5, 0.5, 0.25, 0.5, 1.0, 1.0, 0.25}},
+      {"signs and zeros", {-0.0, 0.0, -1.5, 2.0, -0.0, -3.25, 0.0, 1e-3, -1e-3}},
+      {"subnormal and huge", {tiny, -tiny, inf_free_huge, 0.0, -inf_free_huge, 1.0, tiny}},
+      {"all equal", {-2.0}},
+      {"two digits apart", {1.0, 1.0, 1.0, 1000.0, 1000.0, 1e-6, 1e6}},
+      {"spread", {0.1, 0.7, 2.3, 0.05, 1.1, 3.9, 0.8, 1.7, 0.3, 2.9, 0.6}},
+  };
+  for (const auto& [name, values] : sets)
+    for (auto rule : {reco::selection_rule::top_k, reco::selection_rule::quantile}) {
+      const std::string label = name + (rule == reco::selection_rule::top_k ? ", top-k" : ", quantile");
+      check_candidate_rounds<float>(values, rule, label + ", float");
+      check_candidate_rounds<double>(values, rule, label + ", double");
+    }
+}
+
 // Without a plan each call normalises by its own counts (the per-call convention): a two-way
 // split of Dr.GRPO is off by the ratio of the constants; with the plan it is not.
 TEST(StepPlan, PerCallModeDiffersPlanDoesNot) {
@@ -615,8 +701,9 @@ TEST(StepPlan, ValuesThePlanReadsFailOnEveryPart) {
   index_t t = d.b.begin(0);
   while (!d.b.mask[static_cast<std::size_t>(t)]) ++t;
   const auto at = static_cast<std::size_t>(t);
-  auto plan_error = [&](const auto& obj, const master_batch& b, const char* name) {
-    typed_batch<double> ta(d.a), tb(b);
+  auto plan_error = [&](const auto& obj, const master_batch& b, const char* name, auto value_type) {
+    using T = decltype(value_type);
+    typed_batch<T> ta(d.a), tb(b);
     // Part a's own summary is fine: the error appears only in the sum, on every part alike.
     EXPECT_NO_THROW(reco::summarize(obj, ta.view(), pa));
     EXPECT_NO_THROW(reco::summarize(obj, tb.view(), pb));
@@ -630,19 +717,34 @@ TEST(StepPlan, ValuesThePlanReadsFailOnEveryPart) {
   {  // reco averages old_logp per response for its weight.
     master_batch b = d.b;
     b.old_logp[at] = std::nan("");
-    plan_error(reco::presets::reco{}, b, "batch.old_logp");
+    plan_error(reco::presets::reco{}, b, "batch.old_logp", 0.0);
     b.old_logp[at] = 0.5;
-    plan_error(reco::presets::reco{}, b, "batch.old_logp");
+    plan_error(reco::presets::reco{}, b, "batch.old_logp", 0.0);
   }
-  {  // The 80/20 rule selects on entropies.
+  {  // The 80/20 rule selects on entropies: NaN and +-inf are errors, in float and double; the
+     // same values on a masked token are not read.
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+    for (const double bad : {inf, -inf, nan, -nan}) {
+      master_batch b = d.b;
+      b.entropy[at] = bad;
+      plan_error(reco::presets::rule_80_20{}, b, "batch.entropy", 0.0);
+      plan_error(reco::presets::rule_80_20{}, b, "batch.entropy", 0.0f);
+    }
     master_batch b = d.b;
-    b.entropy[at] = std::numeric_limits<double>::infinity();
-    plan_error(reco::presets::rule_80_20{}, b, "batch.entropy");
+    std::size_t masked = 0;
+    for (std::size_t t = 0; t < b.mask.size(); ++t)
+      if (!b.mask[t]) {
+        b.entropy[t] = (masked++ % 2) ? nan : -inf;
+      }
+    ASSERT_GT(masked, 0u);
+    typed_batch<float> ta(d.a), tb(b);
+    EXPECT_NO_THROW(reco::plan_step(reco::presets::rule_80_20{}, step, views(ta, tb),
+                                    std::vector<reco::step_part>{pa, pb}));
   }
   {  // Rewards.
     master_batch b = d.b;
     b.rewards[0] = std::nan("");
-    plan_error(reco::presets::grpo{}, b, "batch.rewards");
+    plan_error(reco::presets::grpo{}, b, "batch.rewards", 0.0);
   }
   {  // grpo's plan does not read logp: the plan is built, and the call on that part fails.
     master_batch b = d.b;

@@ -180,9 +180,11 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
   sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
   out.plan = ops.finish(step, total_summary);
+  std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   while (!out.plan.complete()) {
     reco::step_summary round;
-    for (std::size_t j = 0; j < reqs.size(); ++j) round += ops.round(out.plan, reqs[j].request, out.parts[j]);
+    for (std::size_t j = 0; j < reqs.size(); ++j)
+      round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j]);
     sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives);
     out.plan.advance(round);
   }
@@ -240,7 +242,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
   } else {
     const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
     if (plan.complete()) return at::empty({0}, at::kDouble);
-    s = ops.round(plan, q.request, part);
+    s = ops.round(plan, q.request, part, nullptr);  // stateless: the round reads the data
   }
   return at::tensor(s.values, at::kDouble);
 }

@@ -2,16 +2,20 @@
 // the calls run on (the plan is built on the host):
 //   plan_scan_fn       per response, the valid-token count and (when the response weighter reads
 //                      it) the mean old log-probability, checking the values it reads;
-//   entropy_histogram  counts of the valid tokens' entropy keys by one 16-bit digit;
+//   first_digit_histogram  counts of the valid tokens' entropy keys by their top 16 bits;
+//   gather_candidates  per response, the valid tokens above a range of key prefixes, and the
+//                      tokens inside it (the later selection rounds and the cut counts read those);
 //   count_cut          per response, the valid tokens above and on an entropy cut.
 // The plan reads only what it needs (the mask, old_logp for a ReCo-style weight, the entropies of
 // a selection) so that it costs a small fraction of the call it serves. The call checks every
 // input it reads again, so a bad value the plan does not read is still an error, on its rank.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -131,17 +135,20 @@ struct packed_plan_scan {
 #endif
 
 // Order-preserving keys of values of type T, in an unsigned integer of T's width: a < b as
-// values iff key(a) < key(b); -0 and +0 share a key (branch-free: a loop the compiler vectorises).
+// values iff key(a) < key(b); -0 and +0 share a key (adding +0 turns -0 into +0), and a negative
+// value's bits are all flipped, a non-negative one's sign bit only (branch-free: the loops that
+// call it vectorise).
 template <class T>
 using key_bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 template <class T>
 inline key_bits<T> order_key_bits(T v) {
   using K = key_bits<T>;
+  using S = std::make_signed_t<K>;
   constexpr int top = static_cast<int>(sizeof(T) * 8 - 1);
+  v = v + T(0);
   K u;
   std::memcpy(&u, &v, sizeof(u));
-  if (u == (K(1) << top)) u = 0;  // -0 is +0
-  const K flip = (u >> top) ? ~K(0) : (K(1) << top);
+  const K flip = static_cast<K>(static_cast<S>(u) >> top) | (K(1) << top);
   return u ^ flip;
 }
 
@@ -160,89 +167,207 @@ inline double key_value(std::uint64_t k, std::size_t width) {
   return static_cast<double>(v);
 }
 
-// counts[d] += the valid tokens whose key has digit d at `shift` and the bits above it equal to
-// `prefix` (all tokens when `above` is 0 bits). C is an unsigned counter type wide enough for the
-// part's tokens. The first round also checks the entropies (the plan's scan leaves them to it).
+inline constexpr int key_digit_bits = 16;
+inline constexpr std::size_t key_digits = std::size_t(1) << key_digit_bits;
+
+// The value v such that key(x) >= k exactly when x >= v, for every finite x of type T: the
+// selection's later passes compare values against a range of keys without computing keys.
+template <class T>
+T key_threshold(key_bits<T> k) {
+  using K = key_bits<T>;
+  constexpr int top = static_cast<int>(sizeof(T) * 8 - 1);
+  const T big = std::numeric_limits<T>::max();
+  if (k <= order_key_bits(-big)) return -std::numeric_limits<T>::infinity();
+  if (k > order_key_bits(big)) return std::numeric_limits<T>::infinity();
+  const K u = (k >> top) ? (k & ~(K(1) << top)) : ~k;  // -0 for the key below +0's: x >= -0 iff x >= +0
+  T v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+// The first selection round: counts of the valid tokens' entropy keys by their top 16 bits, and
+// whether a valid entropy is NaN or infinite (the plan's scan leaves the entropies to this pass;
+// the least and greatest valid keys tell, as NaN and +-inf lie beyond every finite key).
 //
-// The tokens go in blocks: their keys are computed on packs first. The first round counts every
-// valid token into 4 interleaved histograms (entropies cluster in few digits, and increments of
-// the same counter back to back would wait on each other); later rounds count the few tokens
-// under the prefix after a vectorised test of the whole block.
+// The tokens go in blocks whose keys are computed on packs first, a masked token's key set to 0
+// (digit 0 holds only negative NaNs, never a count the selection reads); each block is then
+// counted into 4 interleaved histograms (entropies cluster in few digits, and increments of the
+// same counter back to back would wait on each other; the histograms lie 64 bytes more than 2^16
+// counters apart, since addresses 4 KiB apart look alike to the store-to-load forwarding and
+// stalled it: 1.5x slower on Zen 3). The histograms are kept per thread and all
+// zero between calls: a call clears only digit 0 and the digits its valid keys reached ([lo, hi],
+// tracked on the packs), so its fixed cost is that range, not the 2^16 digits.
+inline constexpr std::size_t digit_lane_stride = key_digits + 16;
+
 template <class T, class C>
-struct histogram_pass {
+struct first_digit_pass {
   template <int W>
-  static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& shift_in, const int& above,
-                                   const std::uint64_t& prefix, C* const& counts, bool* const& nonfinite) {
+  static RECO_PLAN_PASS void run(const batch_pointers<T>& b, C* const& lanes, std::uint64_t* const& range,
+                                 bool* const& nonfinite) {
     using K = key_bits<T>;
-    const int shift = shift_in;  // a local: the counters' stores cannot alias it
+    constexpr int shift = static_cast<int>(sizeof(T) * 8) - key_digit_bits;
     constexpr index_t block = 1024;
-    constexpr K digit = (K(1) << 16) - 1;
     const index_t N = b.layout.tokens;
     const T* h = b.entropy;
     const std::uint8_t* m = b.mask;
     K keys[block];
-    std::uint8_t take[block];
-    thread_local std::vector<C> lanes;  // kept per thread: fresh pages each round cost more than the round
-    if (above == 0) lanes.assign(3 * (std::size_t(digit) + 1), C(0));
-    C* sub[4] = {counts, lanes.data(), lanes.data() + (digit + 1), lanes.data() + 2 * (digit + 1)};
-    const int high = shift + 16;  // the bits at and above `high` are the prefix
-    unsigned bad = 0;
+    C* sub[4] = {lanes, lanes + digit_lane_stride, lanes + 2 * digit_lane_stride, lanes + 3 * digit_lane_stride};
+    K lo = ~K(0), hi = 0;  // the least and greatest valid key
     for (index_t t0 = 0; t0 < N; t0 += block) {
       const index_t n = N - t0 < block ? N - t0 : block;
-      for (index_t j = 0; j < n; ++j) keys[j] = order_key_bits(h[t0 + j]);
-      if (above == 0) {
-        if (m) for (index_t j = 0; j < n; ++j) take[j] = m[t0 + j] != 0;
-        else std::memset(take, 1, sizeof(take));
-        if (nonfinite)  // h - h is NaN exactly for NaN and +-inf
-          for (index_t j = 0; j < n; ++j) bad |= take[j] & static_cast<unsigned>(!(h[t0 + j] - h[t0 + j] == T(0)));
-        index_t j = 0;
-        for (; j + 4 <= n; j += 4)
-          for (int l = 0; l < 4; ++l) sub[l][(keys[j + l] >> shift) & digit] += take[j + l];
-        for (; j < n; ++j) counts[(keys[j] >> shift) & digit] += take[j];
-        continue;
-      }
-      const K p = static_cast<K>(prefix);
-      unsigned any = 0;
       if (m) {
         for (index_t j = 0; j < n; ++j) {
-          take[j] = static_cast<std::uint8_t>((m[t0 + j] != 0) & ((keys[j] >> high) == p));
-          any |= take[j];
+          const K k = order_key_bits(h[t0 + j]);
+          const K take = K(0) - static_cast<K>(m[t0 + j] != 0);  // all ones for a valid token
+          keys[j] = k & take;
+          lo = std::min(lo, k | ~take);
+          hi = std::max(hi, k & take);
         }
       } else {
         for (index_t j = 0; j < n; ++j) {
-          take[j] = static_cast<std::uint8_t>((keys[j] >> high) == p);
-          any |= take[j];
+          const K k = order_key_bits(h[t0 + j]);
+          keys[j] = k;
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
         }
       }
-      if (!any) continue;
-      // The few tokens under the prefix, 8 flags at a time.
       index_t j = 0;
-      for (; j + 8 <= n; j += 8) {
-        std::uint64_t w;
-        std::memcpy(&w, take + j, 8);
-        while (w) {
-          const int l = __builtin_ctzll(w) / 8;
-          ++counts[(keys[j + l] >> shift) & digit];
-          w &= w - 1;
-        }
-      }
-      for (; j < n; ++j)
-        if (take[j]) ++counts[(keys[j] >> shift) & digit];
+      for (; j + 4 <= n; j += 4)
+        for (int l = 0; l < 4; ++l) ++sub[l][keys[j + l] >> shift];
+      for (; j < n; ++j) ++sub[0][keys[j] >> shift];
     }
-    if (above == 0)
-      for (std::size_t d = 0; d <= digit; ++d) counts[d] += sub[1][d] + sub[2][d] + sub[3][d];
-    if (nonfinite) *nonfinite = bad != 0;
+    range[0] = lo >> shift;
+    range[1] = hi >> shift;
+    // NaN and +-inf have the keys beyond the finite values': the extremes tell.
+    constexpr T inf = std::numeric_limits<T>::infinity();
+    *nonfinite = hi >= order_key_bits(inf) || lo <= order_key_bits(-inf);
   }
 };
-// The loops above vectorise on the widest registers this process has (simd::run_widest).
-// With `nonfinite` (first round only), also whether a valid entropy is NaN or infinite.
-template <class T, class C>
-void entropy_histogram(const batch_pointers<T>& b, int shift, int above, std::uint64_t prefix, C* counts,
-                       bool* nonfinite = nullptr) {
+// out[d] = the count of digit d (doubles; out is all zero on entry and only the reached digits
+// are written). `nonfinite`: whether a valid entropy is NaN or infinite.
+template <class T>
+void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfinite) {
+  auto count = [&](auto zero) {
+    using C = decltype(zero);
+    constexpr std::size_t S = digit_lane_stride;
+    thread_local std::vector<C> lanes(4 * S, C(0));  // all zero between calls
+    std::uint64_t range_store[2] = {1, 0};
+    C* l = lanes.data();
+    std::uint64_t* range = range_store;
 #if RECO_SIMD
-  simd::run_widest<histogram_pass<T, C>>(b, shift, above, prefix, counts, nonfinite);
+    simd::run_widest<first_digit_pass<T, C>>(b, l, range, nonfinite);
 #else
-  histogram_pass<T, C>::template run<1>(b, shift, above, prefix, counts, nonfinite);
+    first_digit_pass<T, C>::template run<1>(b, l, range, nonfinite);
+#endif
+    for (std::size_t k = 0; k < 4; ++k) l[k * S] = C(0);  // the masked tokens' digit
+    if (range[0] == 0) range[0] = 1;
+    for (std::uint64_t d = range[0]; d <= range[1]; ++d) {
+      out[d] = static_cast<double>(l[d] + l[d + S] + l[d + 2 * S] + l[d + 3 * S]);
+      l[d] = l[d + S] = l[d + 2 * S] = l[d + 3 * S] = C(0);
+    }
+  };
+  if (static_cast<std::uint64_t>(b.layout.tokens) < (std::uint64_t(1) << 32)) count(std::uint32_t{0});
+  else count(std::uint64_t{0});
+}
+
+// The tokens of a part that a cut inside a range of key prefixes may still split: per response,
+// the valid tokens above the range, and every valid token inside it (its key and response). The
+// rounds after the first narrow the range and count these instead of the part's data.
+struct cut_candidates {
+  int done = 0;                      // the bits of the prefixes [lo, hi]
+  std::uint64_t lo = 1, hi = 0;      // the range of prefixes (empty: nothing gathered)
+  std::vector<std::int64_t> above;   // per response of the part: valid tokens above the range
+  std::vector<std::uint64_t> keys;   // the valid tokens inside it
+  std::vector<index_t> responses;    // ... and their responses (in the part)
+
+  // Drops what falls outside [lo, hi] at `done` bits (done >= this->done; a key has `width` bits),
+  // counting what lies above.
+  void narrow(int width, int done_now, std::uint64_t lo_now, std::uint64_t hi_now) {
+    const int s = width - done_now;
+    std::size_t k = 0;
+    for (std::size_t c = 0; c < keys.size(); ++c) {
+      const std::uint64_t p = keys[c] >> s;
+      if (p > hi_now) ++above[static_cast<std::size_t>(responses[c])];
+      if (p < lo_now || p > hi_now) continue;
+      keys[k] = keys[c];
+      responses[k] = responses[c];
+      ++k;
+    }
+    keys.resize(k);
+    responses.resize(k);
+    done = done_now;
+    lo = lo_now;
+    hi = hi_now;
+  }
+};
+
+// Gathers a part's cut candidates for the prefixes [lo, hi] of `done` bits (16 <= done < width).
+template <class T>
+struct gather_pass {
+  template <int W>
+  static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& done, const std::uint64_t& lo_in,
+                                 const std::uint64_t& hi_in, cut_candidates& out) {
+    using K = key_bits<T>;
+    constexpr index_t block = 1024;
+    constexpr int width = static_cast<int>(sizeof(T) * 8);
+    const int shift = width - done;
+    // The range's bounds as values: from = the least value of prefix lo, up = the least above
+    // prefix hi (inf when hi is the last prefix). Valid entropies are finite here (the summaries'
+    // round checked them), so comparing values is comparing keys.
+    const T from = key_threshold<T>(static_cast<K>(lo_in << shift));
+    const T up = (hi_in + 1) >> done ? std::numeric_limits<T>::infinity()
+                                     : key_threshold<T>(static_cast<K>((hi_in + 1) << shift));
+    const T* h = b.entropy;
+    const std::uint8_t* m = b.mask;
+    std::uint8_t in[block];
+    for (index_t i = 0; i < b.layout.responses; ++i) {
+      std::uint32_t a = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
+      for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += block) {
+        const index_t n = t1 - t0 < block ? t1 - t0 : block;
+        unsigned any = 0;
+        for (index_t j = 0; j < n; ++j) {
+          const T x = h[t0 + j];
+          const std::uint32_t valid = m ? static_cast<std::uint32_t>(m[t0 + j] != 0) : 1u;
+          const std::uint32_t above = valid & static_cast<std::uint32_t>(x >= up);
+          const std::uint32_t inside = valid & static_cast<std::uint32_t>(x >= from) & (above ^ 1u);
+          a += above;
+          any |= inside;
+          in[j] = static_cast<std::uint8_t>(inside);
+        }
+        if (!any) continue;
+        // The few tokens inside, 8 flags at a time.
+        index_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+          std::uint64_t w;
+          std::memcpy(&w, in + j, 8);
+          for (; w; w &= w - 1) {
+            out.keys.push_back(order_key_bits(h[t0 + j + __builtin_ctzll(w) / 8]));
+            out.responses.push_back(i);
+          }
+        }
+        for (; j < n; ++j)
+          if (in[j]) {
+            out.keys.push_back(order_key_bits(h[t0 + j]));
+            out.responses.push_back(i);
+          }
+      }
+      out.above[static_cast<std::size_t>(i)] = a;
+    }
+  }
+};
+template <class T>
+void gather_candidates(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi,
+                       cut_candidates& out) {
+  out.done = done;
+  out.lo = lo;
+  out.hi = hi;
+  out.above.assign(static_cast<std::size_t>(b.layout.responses), 0);
+  out.keys.clear();
+  out.responses.clear();
+#if RECO_SIMD
+  simd::run_widest<gather_pass<T>>(b, done, lo, hi, out);
+#else
+  gather_pass<T>::template run<1>(b, done, lo, hi, out);
 #endif
 }
 

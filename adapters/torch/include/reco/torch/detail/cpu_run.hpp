@@ -36,8 +36,10 @@ plan_ops plan_ops_for(const Objective& obj) {
   ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
     return reco::finish_plan(obj, step, total);
   };
-  ops.round = [obj](const reco::step_plan& plan, const run_request& q, const reco::step_part& part) {
-    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part) : reco::plan_round(obj, plan, q.batch_f, part);
+  ops.round = [obj](const reco::step_plan& plan, const run_request& q, const reco::step_part& part,
+                    reco::part_rounds* state) {
+    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part, state)
+                        : reco::plan_round(obj, plan, q.batch_f, part, state);
   };
   return ops;
 }

@@ -46,7 +46,9 @@ using runner = std::function<void(const run_request&, objective_result& host_res
 struct plan_ops {
   std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
   std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
-  std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&)> round;
+  std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&,
+                                   reco::part_rounds*)>
+      round;
 };
 
 }  // namespace detail
