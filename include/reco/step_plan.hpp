@@ -42,6 +42,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -252,6 +253,12 @@ std::uint64_t plan_fingerprint(const Obj& obj, const step_info& step, std::size_
   return h;
 }
 
+// One counter for every plan of the process, whatever its objective type.
+inline std::uint64_t next_plan_serial() {
+  static std::atomic<std::uint64_t> serials{1};
+  return serials.fetch_add(1, std::memory_order_relaxed);
+}
+
 inline step_summary plan_summary(std::size_t body, int stage, std::size_t width, std::uint64_t fp) {
   step_summary s;
   s.values.assign(plan_header + body, 0.0);
@@ -310,6 +317,8 @@ class step_plan {
   stage_kind stage() const { return stage_; }
   int stage_index() const { return stage_index_; }
   std::uint64_t fingerprint() const { return fingerprint_; }
+  // A number no other plan of this process has (copies share it): what a part_rounds is bound to.
+  std::uint64_t serial() const { return serial_; }
   const step_info& step() const { return step_; }
 
   // The step's counts (valid tokens, non-empty responses, R, L_max) and the policy term's (kept
@@ -437,7 +446,7 @@ class step_plan {
 
   stage_kind stage_ = stage_kind::complete;
   int stage_index_ = 0;
-  std::uint64_t fingerprint_ = 0;
+  std::uint64_t fingerprint_ = 0, serial_ = 0;
   step_info step_{};
   std::size_t width_ = 8;
   aggregation_counts valid_{}, policy_{};
@@ -588,6 +597,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
 
   step_plan plan;
   plan.fingerprint_ = fp;
+  plan.serial_ = next_plan_serial();
   plan.step_ = step;
   plan.width_ = width;
   plan.adv_.assign(R, 0.0);
@@ -677,9 +687,10 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
 // prefixes may still split (cut_candidates), gathered by the first round after the summaries.
 // With it, the later rounds and the cut counts read those few tokens instead of the part's data
 // again; without it (stateless bindings), every round reads the data. Both give the same
-// summaries. A state belongs to one part and one plan: pass the same batch every round.
+// summaries. A state belongs to one part and one plan (it is bound to the plan's serial, so a
+// state kept across steps is gathered again): pass the same batch every round.
 struct part_rounds {
-  std::uint64_t fingerprint = 0;  // the plan it was gathered for (0: nothing gathered)
+  std::uint64_t plan = 0;  // the serial of the plan it was gathered for (0: nothing gathered)
   index_t first_response = -1, responses = -1;
   detail::cut_candidates candidates;
 };
@@ -690,7 +701,7 @@ namespace detail {
 inline bool covers(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R, int done,
                    std::uint64_t lo, std::uint64_t hi) {
   const cut_candidates& c = st.candidates;
-  if (st.fingerprint != plan.fingerprint() || st.first_response != part.first_response || st.responses != R ||
+  if (st.plan != plan.serial() || st.first_response != part.first_response || st.responses != R ||
       c.lo > c.hi || c.done > done)
     return false;
   const int s = done - c.done;
@@ -737,7 +748,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     if (covers(st, plan, part, R, done, lo, hi)) {
       st.candidates.narrow(W, done, lo, hi);
     } else {
-      st.fingerprint = plan.fingerprint();
+      st.plan = plan.serial();
       st.first_response = part.first_response;
       st.responses = R;
       gather_candidates(b, done, lo, hi, st.candidates);
@@ -753,7 +764,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     const double cut = plan.cut().value;
     std::vector<std::int64_t> above(static_cast<std::size_t>(R)), on(static_cast<std::size_t>(R));
     const cut_candidates& c = st.candidates;
-    if (state && st.fingerprint == plan.fingerprint() && st.first_response == part.first_response &&
+    if (state && st.plan == plan.serial() && st.first_response == part.first_response &&
         st.responses == R && c.lo <= c.hi && cut_inside(c, sizeof(T), cut)) {
       // Outside the candidates' range every token lies on the side its range does.
       above = c.above;

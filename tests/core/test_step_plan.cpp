@@ -457,6 +457,52 @@ TEST(StepPlan, CandidateRoundsEqualDataRounds) {
     }
 }
 
+// A part_rounds kept from one step to the next (the same step id, objective and layout, other
+// entropies) is not read for the next step's plan: its candidates are gathered again.
+TEST(StepPlan, PartRoundsKeptAcrossStepsAreGatheredAgain) {
+  reco_test::batch_spec spec;
+  spec.groups = 5;
+  spec.max_length = 13;
+  const master_batch first = reco_test::make_batch(17, spec);
+  // The same valid entropies in another order: the same cut, the same first digit, other
+  // responses above and on it (a stale state would cover the range and count the old ones).
+  master_batch second = first;
+  std::vector<std::size_t> valid;
+  for (std::size_t t = 0; t < first.mask.size(); ++t)
+    if (first.mask[t]) valid.push_back(t);
+  ASSERT_GT(valid.size(), 8u);
+  for (std::size_t j = 0; j < valid.size(); ++j)
+    second.entropy[valid[j]] = first.entropy[valid[(j + valid.size() / 3) % valid.size()]];
+  reco::presets::rule_80_20 obj;
+  reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+                  reco::top_entropy_selection>
+      given;
+  given.select.params.use_given = true;  // no histogram round: straight to the cut counts
+  given.select.params.given = reco::entropy_cut{1.0, -1};
+  auto kept_with = [](const auto& o, const master_batch& m, reco::part_rounds& state) {
+    const typed_batch<float> tb(m);
+    const reco::step_info step{3, m.R, 1.0, 0};
+    const reco::step_part part{step, 0, 0};
+    reco::step_plan plan = reco::finish_plan(o, step, reco::summarize(o, tb.view(), part));
+    while (!plan.complete()) plan.advance(reco::plan_round(o, plan, tb.view(), part, &state));
+    return plan.kept();
+  };
+  auto kept_fresh = [](const auto& o, const master_batch& m) {
+    const typed_batch<float> tb(m);
+    const reco::step_info step{3, m.R, 1.0, 0};
+    return reco::plan_step(o, step, std::vector<reco::batch_view<float>>{tb.view()},
+                           std::vector<reco::step_part>{reco::step_part{step, 0, 0}})
+        .kept();
+  };
+  reco::part_rounds state;
+  kept_with(obj, first, state);
+  ASSERT_GT(state.candidates.keys.size(), 0u);
+  ASSERT_NE(kept_fresh(obj, first), kept_fresh(obj, second));  // the split of the kept set moved
+  EXPECT_EQ(kept_with(obj, second, state), kept_fresh(obj, second));
+  kept_with(obj, first, state);
+  EXPECT_EQ(kept_with(given, second, state), kept_fresh(given, second));
+}
+
 // Without a plan each call normalises by its own counts (the per-call convention): a two-way
 // split of Dr.GRPO is off by the ratio of the constants; with the plan it is not.
 TEST(StepPlan, PerCallModeDiffersPlanDoesNot) {
