@@ -59,9 +59,7 @@ struct packed_scan {
     using P = simd::pack<W>;
     using M = simd::mask<W>;
     const batch_pointers<T>& b = f.b;
-    M valid = Full ? M(true) : simd::first_lanes<W>(n);
-    if (b.mask)
-      valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
+    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
     const P lp = load<W, Full>(b.logp + t, n);
     const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
     st.old_sum += simd::select(valid, b.rollout_logp ? load<W, Full>(b.rollout_logp + t, n) : old, P(0.0));

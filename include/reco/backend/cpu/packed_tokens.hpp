@@ -158,8 +158,7 @@ struct packed_kernel {
                                     lane_sums& acc) {
     const batch_pointers<T>& b = f.b;
 
-    M valid = Full ? M(true) : simd::first_lanes<W>(n);
-    if (b.mask) valid = valid && flags<Full>(b.mask + t, n);
+    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
     // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
     // for every component, so nothing below overflows or traps on them.
     context c;

@@ -122,9 +122,7 @@ struct packed_plan_scan {
     using P = simd::pack<W>;
     using M = simd::mask<W>;
     const batch_pointers<T>& b = f.b;
-    M valid = Full ? M(true) : simd::first_lanes<W>(n);
-    if (b.mask)
-      valid = valid && (Full ? simd::load_flags<W>(b.mask + t) : simd::load_first_flags<W>(b.mask + t, n));
+    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
     const P o = f.reads.old_mean ? load<W, Full>(f.old_source() + t, n) : P(0.0);
     const P h = f.reads.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
     st.old_sum += simd::select(valid, o, P(0.0));

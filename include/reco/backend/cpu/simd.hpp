@@ -353,6 +353,14 @@ RECO_SIMD_INLINE mask<W> load_first_flags(const std::uint8_t* src, int n) {
   for (int k = 0; k < n; ++k) buf[k] = src[k];
   return load_flags<W>(buf);
 }
+// The lanes of a pack of tokens that hold valid ones: all W (Full) or the first n, and of those
+// the ones whose flag is nonzero when there is a mask (flags = the mask at the pack's first token).
+template <int W, bool Full>
+RECO_SIMD_INLINE mask<W> valid_lanes(const std::uint8_t* flags, int n) {
+  const mask<W> in = Full ? mask<W>(true) : first_lanes<W>(n);
+  if (!flags) return in;
+  return in && (Full ? load_flags<W>(flags) : load_first_flags<W>(flags, n));
+}
 
 template <int W, class T>
 RECO_SIMD_INLINE void store(T* dst, const pack<W>& x) {
