@@ -697,13 +697,17 @@ struct part_rounds {
 
 namespace detail {
 
+// Whether a part's state holds candidates gathered for this plan and part (of R responses).
+inline bool gathered_for(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R) {
+  return st.plan == plan.serial() && st.first_response == part.first_response && st.responses == R &&
+         st.candidates.lo <= st.candidates.hi;
+}
+
 // Whether a part's state covers the plan's current prefixes [lo, hi] at `done` bits.
 inline bool covers(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R, int done,
                    std::uint64_t lo, std::uint64_t hi) {
   const cut_candidates& c = st.candidates;
-  if (st.plan != plan.serial() || st.first_response != part.first_response || st.responses != R ||
-      c.lo > c.hi || c.done > done)
-    return false;
+  if (!gathered_for(st, plan, part, R) || c.done > done) return false;
   const int s = done - c.done;
   return (lo >> s) >= c.lo && (hi >> s) <= c.hi;
 }
@@ -764,8 +768,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     const double cut = plan.cut().value;
     std::vector<std::int64_t> above(static_cast<std::size_t>(R)), on(static_cast<std::size_t>(R));
     const cut_candidates& c = st.candidates;
-    if (state && st.plan == plan.serial() && st.first_response == part.first_response &&
-        st.responses == R && c.lo <= c.hi && cut_inside(c, sizeof(T), cut)) {
+    if (state && gathered_for(st, plan, part, R) && cut_inside(c, sizeof(T), cut)) {
       // Outside the candidates' range every token lies on the side its range does.
       above = c.above;
       for (std::size_t k = 0; k < c.keys.size(); ++k) {
