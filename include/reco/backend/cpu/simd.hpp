@@ -27,7 +27,10 @@
 // Runtime dispatch (x86-64): a translation unit compiled below AVX-512 also carries the token
 // pass for AVX2 + FMA (4 doubles, unless the unit is compiled for AVX2 already) and AVX-512
 // (8 doubles), and runs the widest the CPU and OS support (simd::dispatch()).
-// RECO_NO_SIMD_DISPATCH keeps the compile-time width only.
+// RECO_NO_SIMD_DISPATCH keeps the compile-time width only; RECO_NO_SIMD_AVX512 leaves the AVX-512
+// variant out (a build for machines without it compiles a third less token-pass code: CI's test
+// build on a CPU without AVX-512, where that variant could never run). Define either for every
+// unit of a program, not for some: the variants are inline functions the units share.
 #if RECO_SIMD && defined(__x86_64__) && !defined(__AVX512F__) && !defined(RECO_NO_SIMD_DISPATCH)
 #define RECO_SIMD_DISPATCH 1
 #if defined(__AVX2__) && defined(__FMA__)
@@ -35,9 +38,15 @@
 #else
 #define RECO_SIMD_DISPATCH_AVX2 1
 #endif
+#if defined(RECO_NO_SIMD_AVX512)
+#define RECO_SIMD_DISPATCH_AVX512 0
+#else
+#define RECO_SIMD_DISPATCH_AVX512 1
+#endif
 #else
 #define RECO_SIMD_DISPATCH 0
 #define RECO_SIMD_DISPATCH_AVX2 0
+#define RECO_SIMD_DISPATCH_AVX512 0
 #endif
 
 #if RECO_SIMD
@@ -106,9 +115,11 @@ inline level dispatch() {
     level l = level::baseline;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       l = level::avx2;
+#if RECO_SIMD_DISPATCH_AVX512
       if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         l = level::avx512;
+#endif
     }
     if (const char* cap = std::getenv("RECO_SIMD_LEVEL")) {
       if (std::strcmp(cap, "baseline") == 0) l = level::baseline;
@@ -432,24 +443,26 @@ struct counter {
 // run_widest<K>(args...) calls K::run<W>(args...) with the widest W this process runs: the
 // compile-time width, or (RECO_SIMD_DISPATCH) a variant of the same template compiled for AVX2 or
 // AVX-512 (a target attribute, with everything below it inlined into it).
-#if RECO_SIMD_DISPATCH
+#if RECO_SIMD_DISPATCH_AVX512
 template <class K, class... A>
 RECO_SIMD_TARGET_AVX512 void run_avx512(A&... a) {
   K::template run<8>(a...);
 }
+#endif
 #if RECO_SIMD_DISPATCH_AVX2
 template <class K, class... A>
 RECO_SIMD_TARGET_AVX2 void run_avx2(A&... a) {
   K::template run<4>(a...);
 }
 #endif
-#endif
 
 template <class K, class... A>
 inline void run_widest(A&... a) {
 #if RECO_SIMD_DISPATCH
   switch (dispatch()) {
+#if RECO_SIMD_DISPATCH_AVX512
     case level::avx512: run_avx512<K>(a...); return;
+#endif
 #if RECO_SIMD_DISPATCH_AVX2
     case level::avx2: run_avx2<K>(a...); return;
 #endif
