@@ -103,6 +103,10 @@ void check_exp(void (*fn)(const double*, double*, double*, int), const std::stri
 }
 
 TEST(Simd, ExpAndExpm1MatchLibm) {
+#if RECO_SIMD_DISPATCH && !RECO_SIMD_DISPATCH_AVX512
+  // A build without the AVX-512 variant (RECO_NO_SIMD_AVX512) never picks it.
+  EXPECT_NE(reco::simd::dispatch(), reco::simd::level::avx512);
+#endif
   check_exp(exp_pair, "unit width");
 #if RECO_SIMD_DISPATCH
   if (reco::simd::dispatch() == reco::simd::level::avx512) check_exp(exp_pair_avx512, "avx512");

@@ -457,6 +457,43 @@ TEST(StepPlan, CandidateRoundsEqualDataRounds) {
     }
 }
 
+// reco::recycle hands a used summary's storage to the next summaries of the thread: those are
+// the same as from fresh storage (every value the part does not write is zero), whatever the
+// recycled buffer held, and at most 4 buffers are kept.
+TEST(StepPlan, RecycledSummariesEqualFreshOnes) {
+  reco_test::batch_spec spec;
+  spec.groups = 5;
+  spec.max_length = 23;
+  const master_batch m = reco_test::make_batch(17, spec);
+  const typed_batch<double> tb(m);
+  reco::presets::rule_80_20 obj;
+  const reco::step_info step{3, m.R, 1.0, 0};
+  const reco::step_part part{step, 0, 0};
+  auto dirty = [](std::size_t n) {
+    reco::step_summary g;
+    g.values.assign(n, 7.5);
+    return g;
+  };
+  const reco::step_summary fresh = reco::summarize(obj, tb.view(), part);
+  const reco::step_plan plan = reco::finish_plan(obj, step, fresh);
+  ASSERT_FALSE(plan.complete());
+  const reco::step_summary fresh_round = reco::plan_round(obj, plan, tb.view(), part);
+  for (int k = 0; k < 6; ++k) {
+    reco::step_summary g = dirty(fresh.size() + 64 * static_cast<std::size_t>(k));
+    reco::recycle(std::move(g));
+    EXPECT_TRUE(g.values.empty());
+  }
+  EXPECT_LE(reco::detail::spare_summaries().size(), 4u);
+  EXPECT_EQ(reco::summarize(obj, tb.view(), part).values, fresh.values);
+  reco::recycle(dirty(fresh_round.size()));
+  EXPECT_EQ(reco::plan_round(obj, plan, tb.view(), part).values, fresh_round.values);
+  // `+=` of a temporary adds it and takes its storage.
+  reco::step_summary total = reco::summarize(obj, tb.view(), part), other = dirty(fresh.size());
+  total += std::move(other);
+  EXPECT_TRUE(other.values.empty());
+  for (std::size_t i = 0; i < fresh.size(); ++i) ASSERT_EQ(total.values[i], fresh.values[i] + 7.5) << i;
+}
+
 // A part_rounds kept from one step to the next (the same step id, objective and layout, other
 // entropies) is not read for the next step's plan: its candidates are gathered again.
 TEST(StepPlan, PartRoundsKeptAcrossStepsAreGatheredAgain) {
@@ -615,6 +652,37 @@ void expect_plan_error(F&& f, const std::string& needle) {
   } catch (const reco::error& e) {
     EXPECT_EQ(e.argument(), "plan") << e.what();
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// A histogram round carries each bucket's count and the sums of runs of 256 buckets (a rank is
+// found in the sums first, then in one run): sums or buckets that hold fewer tokens than the
+// summaries counted are an error naming the plan, not a wrong cut.
+TEST(StepPlan, HistogramRoundsThatLoseTokensAreRejected) {
+  reco_test::batch_spec spec;
+  spec.groups = 4;
+  spec.max_length = 21;
+  const master_batch m = reco_test::make_batch(23, spec);
+  const typed_batch<float> tb(m);
+  reco::presets::rule_80_20 obj;
+  const reco::step_info step{9, m.R, 1.0, 0};
+  const reco::step_part part{step, 0, 0};
+  const reco::step_plan plan = reco::finish_plan(obj, step, reco::summarize(obj, tb.view(), part));
+  ASSERT_EQ(plan.stage(), reco::step_plan::stage_kind::histogram);
+  const reco::step_summary round = reco::plan_round(obj, plan, tb.view(), part);
+  const std::size_t h = reco::detail::plan_header, buckets = reco::detail::plan_buckets;
+  ASSERT_EQ(round.size(), h + reco::detail::plan_histogram);
+  {
+    reco::step_plan ok = plan;
+    ok.advance(round);  // untouched: fine
+    EXPECT_EQ(ok.stage(), reco::step_plan::stage_kind::cut_counts);
+  }
+  reco::step_summary no_groups = round, no_buckets = round;
+  for (std::size_t g = 0; g < reco::detail::digit_groups; ++g) no_groups.values[h + buckets + g] = 0;
+  for (std::size_t b = 0; b < buckets; ++b) no_buckets.values[h + b] = 0;
+  for (const reco::step_summary* bad : {&no_groups, &no_buckets}) {
+    reco::step_plan p = plan;
+    expect_plan_error([&] { p.advance(*bad); }, "fewer valid tokens");
   }
 }
 

@@ -180,6 +180,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
   sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
   out.plan = ops.finish(step, total_summary);
+  reco::recycle(std::move(total_summary));
   std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   while (!out.plan.complete()) {
     reco::step_summary round;
@@ -187,6 +188,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
       round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j]);
     sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives);
     out.plan.advance(round);
+    reco::recycle(std::move(round));
   }
   return out;
 }

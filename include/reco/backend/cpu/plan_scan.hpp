@@ -167,6 +167,11 @@ inline double key_value(std::uint64_t k, std::size_t width) {
 
 inline constexpr int key_digit_bits = 16;
 inline constexpr std::size_t key_digits = std::size_t(1) << key_digit_bits;
+// A histogram of digits, as the plan's summaries carry it: the 2^16 digit counts, then the sums of
+// each run of 256 digits, so that whoever looks for a rank reads 256 + 256 counts, not 2^16.
+inline constexpr int digit_group_bits = 8;
+inline constexpr std::size_t digit_groups = key_digits >> digit_group_bits;
+inline constexpr std::size_t digit_histogram_size = key_digits + digit_groups;
 
 // The value v such that key(x) >= k exactly when x >= v, for every finite x of type T: the
 // selection's later passes compare values against a range of keys without computing keys.
@@ -194,8 +199,25 @@ T key_threshold(key_bits<T> k) {
 // counters apart, since addresses 4 KiB apart look alike to the store-to-load forwarding and
 // stalled it: 1.5x slower on Zen 3). The histograms are kept per thread and all
 // zero between calls: a call clears only digit 0 and the digits its valid keys reached ([lo, hi],
-// tracked on the packs), so its fixed cost is that range, not the 2^16 digits.
+// tracked on the packs), so its fixed cost is that range, not the 2^16 digits. Chunks of 64
+// masked tokens (a padded layout's tails) are skipped: no keys, no counts.
 inline constexpr std::size_t digit_lane_stride = key_digits + 16;
+
+// Tokens go in chunks of this many; a chunk whose mask is all zero is skipped by the passes.
+inline constexpr index_t mask_chunk = 64;
+
+// Whether none of the n <= mask_chunk mask bytes at m is set (8 bytes at a time).
+inline bool chunk_masked(const std::uint8_t* m, index_t n) {
+  std::uint64_t any = 0;
+  index_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, m + j, 8);
+    any |= w;
+  }
+  for (; j < n; ++j) any |= m[j];
+  return any == 0;
+}
 
 template <class T, class C>
 struct first_digit_pass {
@@ -212,22 +234,29 @@ struct first_digit_pass {
     C* sub[4] = {lanes, lanes + digit_lane_stride, lanes + 2 * digit_lane_stride, lanes + 3 * digit_lane_stride};
     K lo = ~K(0), hi = 0;  // the least and greatest valid key
     for (index_t t0 = 0; t0 < N; t0 += block) {
-      const index_t n = N - t0 < block ? N - t0 : block;
+      const index_t end = N - t0 < block ? N - t0 : block;
+      index_t n = 0;  // the block's keys, fully masked chunks left out
       if (m) {
-        for (index_t j = 0; j < n; ++j) {
-          const K k = order_key_bits(h[t0 + j]);
-          const K take = K(0) - static_cast<K>(m[t0 + j] != 0);  // all ones for a valid token
-          keys[j] = k & take;
-          lo = std::min(lo, k | ~take);
-          hi = std::max(hi, k & take);
+        for (index_t c = 0; c < end; c += mask_chunk) {
+          const index_t len = end - c < mask_chunk ? end - c : mask_chunk;
+          if (chunk_masked(m + t0 + c, len)) continue;
+          for (index_t j = 0; j < len; ++j) {
+            const K k = order_key_bits(h[t0 + c + j]);
+            const K take = K(0) - static_cast<K>(m[t0 + c + j] != 0);  // all ones for a valid token
+            keys[n + j] = k & take;
+            lo = std::min(lo, k | ~take);
+            hi = std::max(hi, k & take);
+          }
+          n += len;
         }
       } else {
-        for (index_t j = 0; j < n; ++j) {
+        for (index_t j = 0; j < end; ++j) {
           const K k = order_key_bits(h[t0 + j]);
           keys[j] = k;
           lo = std::min(lo, k);
           hi = std::max(hi, k);
         }
+        n = end;
       }
       index_t j = 0;
       for (; j + 4 <= n; j += 4)
@@ -241,7 +270,8 @@ struct first_digit_pass {
     *nonfinite = hi >= order_key_bits(inf) || lo <= order_key_bits(-inf);
   }
 };
-// out[d] = the count of digit d (doubles; out is all zero on entry and only the reached digits
+// out[d] = the count of digit d and out[key_digits + g] the count of group g (doubles, a histogram
+// of digit_histogram_size; out is all zero on entry and only the reached digits and their groups
 // are written). `nonfinite`: whether a valid entropy is NaN or infinite.
 template <class T>
 void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfinite) {
@@ -259,8 +289,11 @@ void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfin
 #endif
     for (std::size_t k = 0; k < 4; ++k) l[k * S] = C(0);  // the masked tokens' digit
     if (range[0] == 0) range[0] = 1;
+    double* groups = out + key_digits;
     for (std::uint64_t d = range[0]; d <= range[1]; ++d) {
-      out[d] = static_cast<double>(l[d] + l[d + S] + l[d + 2 * S] + l[d + 3 * S]);
+      const C c = l[d] + l[d + S] + l[d + 2 * S] + l[d + 3 * S];
+      out[d] = static_cast<double>(c);
+      groups[d >> digit_group_bits] += static_cast<double>(c);
       l[d] = l[d + S] = l[d + 2 * S] = l[d + 3 * S] = C(0);
     }
   };
@@ -306,7 +339,7 @@ struct gather_pass {
   static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& done, const std::uint64_t& lo_in,
                                  const std::uint64_t& hi_in, cut_candidates& out) {
     using K = key_bits<T>;
-    constexpr index_t block = 1024;
+    constexpr index_t block = mask_chunk;
     constexpr int width = static_cast<int>(sizeof(T) * 8);
     const int shift = width - done;
     // The range's bounds as values: from = the least value of prefix lo, up = the least above
@@ -322,6 +355,7 @@ struct gather_pass {
       std::uint32_t a = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
       for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += block) {
         const index_t n = t1 - t0 < block ? t1 - t0 : block;
+        if (m && chunk_masked(m + t0, n)) continue;
         unsigned any = 0;
         for (index_t j = 0; j < n; ++j) {
           const T x = h[t0 + j];
