@@ -460,35 +460,46 @@ TEST(StepPlan, CandidateRoundsEqualDataRounds) {
 // reco::recycle hands a used summary's storage to the next summaries of the thread: those are
 // the same as from fresh storage (every value the part does not write is zero), whatever the
 // recycled buffer held, and at most 4 buffers are kept.
+// A random batch that is a whole step by itself (one part), for the 80/20 preset.
+template <class T>
+struct whole_step {
+  master_batch m;
+  typed_batch<T> tb;
+  reco::step_info step;
+  reco::step_part part;
+  whole_step(unsigned seed, index_t groups, index_t max_length, std::uint64_t id)
+      : m(make_with(seed, groups, max_length)), tb(m), step{id, m.R, 1.0, 0}, part{step, 0, 0} {}
+  static master_batch make_with(unsigned seed, index_t groups, index_t max_length) {
+    reco_test::batch_spec spec;
+    spec.groups = groups;
+    spec.max_length = max_length;
+    return reco_test::make_batch(seed, spec);
+  }
+};
+
 TEST(StepPlan, RecycledSummariesEqualFreshOnes) {
-  reco_test::batch_spec spec;
-  spec.groups = 5;
-  spec.max_length = 23;
-  const master_batch m = reco_test::make_batch(17, spec);
-  const typed_batch<double> tb(m);
+  const whole_step<double> w(17, 5, 23, 3);
   reco::presets::rule_80_20 obj;
-  const reco::step_info step{3, m.R, 1.0, 0};
-  const reco::step_part part{step, 0, 0};
   auto dirty = [](std::size_t n) {
     reco::step_summary g;
     g.values.assign(n, 7.5);
     return g;
   };
-  const reco::step_summary fresh = reco::summarize(obj, tb.view(), part);
-  const reco::step_plan plan = reco::finish_plan(obj, step, fresh);
+  const reco::step_summary fresh = reco::summarize(obj, w.tb.view(), w.part);
+  const reco::step_plan plan = reco::finish_plan(obj, w.step, fresh);
   ASSERT_FALSE(plan.complete());
-  const reco::step_summary fresh_round = reco::plan_round(obj, plan, tb.view(), part);
+  const reco::step_summary fresh_round = reco::plan_round(obj, plan, w.tb.view(), w.part);
   for (int k = 0; k < 6; ++k) {
     reco::step_summary g = dirty(fresh.size() + 64 * static_cast<std::size_t>(k));
     reco::recycle(std::move(g));
     EXPECT_TRUE(g.values.empty());
   }
   EXPECT_LE(reco::detail::spare_summaries().size(), 4u);
-  EXPECT_EQ(reco::summarize(obj, tb.view(), part).values, fresh.values);
+  EXPECT_EQ(reco::summarize(obj, w.tb.view(), w.part).values, fresh.values);
   reco::recycle(dirty(fresh_round.size()));
-  EXPECT_EQ(reco::plan_round(obj, plan, tb.view(), part).values, fresh_round.values);
+  EXPECT_EQ(reco::plan_round(obj, plan, w.tb.view(), w.part).values, fresh_round.values);
   // `+=` of a temporary adds it and takes its storage.
-  reco::step_summary total = reco::summarize(obj, tb.view(), part), other = dirty(fresh.size());
+  reco::step_summary total = reco::summarize(obj, w.tb.view(), w.part), other = dirty(fresh.size());
   total += std::move(other);
   EXPECT_TRUE(other.values.empty());
   for (std::size_t i = 0; i < fresh.size(); ++i) ASSERT_EQ(total.values[i], fresh.values[i] + 7.5) << i;
@@ -659,17 +670,11 @@ void expect_plan_error(F&& f, const std::string& needle) {
 // found in the sums first, then in one run): sums or buckets that hold fewer tokens than the
 // summaries counted are an error naming the plan, not a wrong cut.
 TEST(StepPlan, HistogramRoundsThatLoseTokensAreRejected) {
-  reco_test::batch_spec spec;
-  spec.groups = 4;
-  spec.max_length = 21;
-  const master_batch m = reco_test::make_batch(23, spec);
-  const typed_batch<float> tb(m);
+  const whole_step<float> w(23, 4, 21, 9);
   reco::presets::rule_80_20 obj;
-  const reco::step_info step{9, m.R, 1.0, 0};
-  const reco::step_part part{step, 0, 0};
-  const reco::step_plan plan = reco::finish_plan(obj, step, reco::summarize(obj, tb.view(), part));
+  const reco::step_plan plan = reco::finish_plan(obj, w.step, reco::summarize(obj, w.tb.view(), w.part));
   ASSERT_EQ(plan.stage(), reco::step_plan::stage_kind::histogram);
-  const reco::step_summary round = reco::plan_round(obj, plan, tb.view(), part);
+  const reco::step_summary round = reco::plan_round(obj, plan, w.tb.view(), w.part);
   const std::size_t h = reco::detail::plan_header, buckets = reco::detail::plan_buckets;
   ASSERT_EQ(round.size(), h + reco::detail::plan_histogram);
   {
