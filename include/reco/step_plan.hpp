@@ -805,11 +805,8 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     for (int j = 0; j < plan.targets(); ++j) {
       double* hj = out + static_cast<std::size_t>(j) * plan_histogram;
       for (std::size_t k = 0; k < c.keys.size(); ++k)
-        if ((c.keys[k] >> (W - done)) == plan.prefix(j)) {
-          const std::size_t bucket = (c.keys[k] >> shift) & (plan_buckets - 1);
-          hj[bucket] += 1;
-          hj[plan_buckets + (bucket >> digit_group_bits)] += 1;
-        }
+        if ((c.keys[k] >> (W - done)) == plan.prefix(j))
+          histogram_add(hj, (c.keys[k] >> shift) & (plan_buckets - 1), 1);
     }
   } else {
     const double cut = plan.cut().value;

@@ -172,6 +172,11 @@ inline constexpr std::size_t key_digits = std::size_t(1) << key_digit_bits;
 inline constexpr int digit_group_bits = 8;
 inline constexpr std::size_t digit_groups = key_digits >> digit_group_bits;
 inline constexpr std::size_t digit_histogram_size = key_digits + digit_groups;
+// Adds `count` tokens to digit d of such a histogram (the digit and its group).
+inline void histogram_add(double* h, std::size_t d, double count) {
+  h[d] += count;
+  h[key_digits + (d >> digit_group_bits)] += count;
+}
 
 // The value v such that key(x) >= k exactly when x >= v, for every finite x of type T: the
 // selection's later passes compare values against a range of keys without computing keys.
@@ -289,11 +294,8 @@ void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfin
 #endif
     for (std::size_t k = 0; k < 4; ++k) l[k * S] = C(0);  // the masked tokens' digit
     if (range[0] == 0) range[0] = 1;
-    double* groups = out + key_digits;
     for (std::uint64_t d = range[0]; d <= range[1]; ++d) {
-      const C c = l[d] + l[d + S] + l[d + 2 * S] + l[d + 3 * S];
-      out[d] = static_cast<double>(c);
-      groups[d >> digit_group_bits] += static_cast<double>(c);
+      histogram_add(out, d, static_cast<double>(l[d] + l[d + S] + l[d + 2 * S] + l[d + 3 * S]));
       l[d] = l[d + S] = l[d + 2 * S] = l[d + 3 * S] = C(0);
     }
   };
