@@ -13,7 +13,7 @@
 //   call_planned  policy_loss with the plan + backward on this rank's micro-batch;
 //   call          policy_loss without a plan + backward on the same micro-batch;
 // and per N, copy_inputs: a copy of the call's per-token inputs (logp, old_logp, ref_logp,
-// entropy, mask), the memory traffic of one pass over them.
+// entropy, mask), the memory traffic of one pass over them; and allreduce: one collective alone.
 // Each rank uses RECO_BENCH_THREADS threads (default 1: two ranks on a 2-core machine).
 // --benchmark_enable_random_interleaving is refused: it shuffles each rank differently.
 #include <benchmark/benchmark.h>
@@ -156,6 +156,20 @@ void BM_copy_inputs(benchmark::State& state) {
   state.SetBytesProcessed(bytes * state.iterations());
 }
 
+// One all-reduce of n doubles over the group, alone: what a collective costs by itself on this
+// machine (the sizes of the plan's payloads: a few counts, per-response fields, a histogram).
+void BM_allreduce(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  at::Tensor t = at::zeros({n}, at::kDouble);
+  line_up();
+  for (auto _ : state) {
+    std::vector<at::Tensor> ts{t};
+    group->allreduce(ts)->wait();
+    benchmark::DoNotOptimize(t.data_ptr());
+  }
+  state.counters["doubles"] = static_cast<double>(n);
+}
+
 // Fixed iteration counts (the ranks must agree), about 0.3-1 s per run.
 int64_t iterations_for(int64_t N) { return N <= (int64_t(1) << 20) ? 40 : N <= (int64_t(4) << 20) ? 12 : 4; }
 
@@ -164,6 +178,9 @@ void register_all() {
   for (int64_t N : sizes)
     benchmark::RegisterBenchmark("step_plan/copy_inputs", BM_copy_inputs)
         ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (int64_t n : {int64_t(64), int64_t(8) << 10, int64_t(66) << 10})
+    benchmark::RegisterBenchmark("step_plan/allreduce", BM_allreduce)
+        ->Arg(n)->Iterations(200)->Unit(benchmark::kMillisecond)->UseRealTime();
   for (const char* p : {"rule_80_20", "grpo", "reco"}) {
     const std::string preset = p;
     for (int64_t N : sizes) {

@@ -21,6 +21,10 @@
 //   }
 //   obj(reco::cpu{}, batch, grads, ws, plan, part);                // this part's share
 //
+// A caller that learns where its parts lie only from a collective (the ranks' response counts)
+// can summarise them first as a step of their own and move the sum into place afterwards
+// (place_summary), so that the layout's exchange overlaps the summaries' pass.
+//
 // A part is a contiguous range of the step's responses: response i of the call is response
 // first_response + i of the step, local group j is group first_group + j of the step (a group may
 // span parts: the last group of one part and the first of the next share an id). Group ids must
@@ -534,21 +538,33 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   const std::uint64_t fp = plan_fingerprint(obj, st, sizeof(T));
   const bool histogram = summary_has_histogram(obj);
   const std::size_t fields = plan_fields * static_cast<std::size_t>(st.responses);
-  step_summary s = plan_summary(fields + (histogram ? plan_histogram : 0), 0, sizeof(T), fp);
+  const std::size_t hist = histogram ? plan_histogram : 0;  // the body: the histogram, then the fields
+  step_summary s = plan_summary(hist + fields, 0, sizeof(T), fp);
 
   const batch_pointers<T> b = pointers_of(batch);
   plan_reads reads;
   reads.old_mean = needs_old_mean(obj.weight);
   reads.entropy = term_on(obj.select) && !histogram;  // else checked by the histogram pass
   const plan_scan_fn<T> scan{b, reads};
+  std::uint32_t bits = 0;
+  double* body = s.values.data() + plan_header;
+  // The selection's first histogram round; when the scan would only count the mask, the pass's
+  // per-response counts serve instead (one read of the mask, not two).
+  std::vector<index_t> counted;
+  if (histogram) {
+    if (!reads.old_mean) counted.resize(static_cast<std::size_t>(R));
+    bool nonfinite = false;
+    first_digit_histogram(b, body, &nonfinite, counted.empty() ? nullptr : counted.data());
+    if (nonfinite) bits |= bad_entropy;
+  }
   const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
   const std::uint32_t input_bit = Obj::needs_rewards ? bad_rewards : bad_advantages;
   const T* given = needs.response_weights ? b.response_weights : nullptr;
-  std::uint32_t bits = 0;
-  double* body = s.values.data() + plan_header;
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
-      const token_scan t = scan(i);
+      token_scan t;
+      if (counted.empty()) t = scan(i);
+      else t.n = counted[static_cast<std::size_t>(i)];
       bits |= t.status;
       double x = input ? static_cast<double>(input[i]) : 0.0;
       if (input && !finite(x)) bits |= input_bit;
@@ -556,7 +572,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
       if (b.token_advantages) x = token_advantage_mean(b, i, &m2);
       const double w = given ? static_cast<double>(given[i]) : 1.0;
       if (given && !(finite(w) && w >= 0)) bits |= bad_response_weights;
-      double* f = body + plan_fields * static_cast<std::size_t>(part.first_response + i);
+      double* f = body + hist + plan_fields * static_cast<std::size_t>(part.first_response + i);
       f[plan_f_claimed] = 1;
       f[plan_f_group] = static_cast<double>(part.first_group + g + 1);
       f[plan_f_length] = static_cast<double>(t.n);
@@ -566,14 +582,56 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
       f[plan_f_weight] = w;
     }
   }
-  if (histogram) {
-    bool nonfinite = false;
-    first_digit_histogram(b, body + fields, &nonfinite);
-    if (nonfinite) bits |= bad_entropy;
-  }
   for (int k = 0; k < 16; ++k)
     if (bits & (1u << k)) s.values[plan_h_status + k] = 1;
   return s;
+}
+
+// Moves a stage-0 summary made with a provisional place in the step to its real place: the
+// summary of parts that were summarised as a step of their own (`provisional`: the same id, scale
+// and configuration, their own number of responses; the first part at response 0 and group 0)
+// becomes the summary of the same parts starting at response `first_response` and group
+// `first_group` of `step`. A rank can so summarise its micro-batches while the ranks' layout (where
+// each rank starts) is still being exchanged, and place them once it is known: the result equals
+// summarising with the real parts. The fields move, their group ids shift, and the header takes
+// the step's fingerprint.
+template <class Obj>
+void place_summary(const Obj& obj, step_summary& s, const step_info& provisional, const step_info& step,
+                   index_t first_response, index_t first_group) {
+  using namespace detail;
+  std::uint64_t fp = 0;
+  check_plan_header(s, 0, fp, false);
+  const double parts = s.values[plan_h_parts];
+  const auto width = static_cast<std::size_t>(s.values[plan_h_width] / parts);
+  if (plan_fingerprint(obj, provisional, width) != fp)
+    fail("summary", "was not made for the provisional step (its id, scale, configuration and responses) or objective");
+  require(step.id == provisional.id && step.scale == provisional.scale && step.config == provisional.config,
+          "step", "must differ from the provisional step in its number of responses only");
+  const std::size_t hist = summary_has_histogram(obj) ? plan_histogram : 0;
+  const auto R = static_cast<std::size_t>(provisional.responses);
+  require(s.values.size() == plan_header + hist + plan_fields * R, "summary",
+          "has the wrong size for the provisional step's " + std::to_string(R) + " responses");
+  require(first_group >= 0, "first_group", "must be >= 0");
+  require(first_response >= 0 && provisional.responses + first_response <= step.responses, "first_response", "the parts' responses [" + std::to_string(first_response) + ", " +
+                                std::to_string(first_response + provisional.responses) + ") must lie in the step's " +
+                                std::to_string(step.responses));
+  const std::size_t body = plan_header + hist, shift = plan_fields * static_cast<std::size_t>(first_response);
+  s.values.resize(body + plan_fields * static_cast<std::size_t>(step.responses), 0.0);
+  double* f = s.values.data() + body;
+  if (shift > 0) {
+    std::memmove(f + shift, f, plan_fields * R * sizeof(double));
+    std::fill(f, f + shift, 0.0);
+  }
+  for (std::size_t i = 0; i < R; ++i) {
+    double& g = f[shift + plan_fields * i + plan_f_group];
+    if (g != 0) g += static_cast<double>(first_group);  // 0: a response no part claimed
+  }
+  const std::uint64_t placed = plan_fingerprint(obj, step, width);
+  for (int c = 0; c < 8; ++c) {
+    const double x = static_cast<double>((placed >> (8 * c)) & 0xffu);
+    s.values[plan_h_fp + c] = parts * x;
+    s.values[plan_h_fp_sq + c] = parts * x * x;
+  }
 }
 
 // The plan from the sum of every part's summary (the same on every part).
@@ -594,10 +652,11 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
 
   const index_t R = step.responses;
   const std::size_t fields = plan_fields * static_cast<std::size_t>(R);
-  require(total.values.size() == plan_header + fields + (summary_has_histogram(obj_in) ? plan_histogram : 0), "plan",
+  const std::size_t hist = summary_has_histogram(obj_in) ? plan_histogram : 0;
+  require(total.values.size() == plan_header + hist + fields, "plan",
           "summary of the wrong size for the step's " + std::to_string(R) + " responses");
   const double* body = total.values.data() + plan_header;
-  auto field = [&](index_t i, std::size_t f) { return body[plan_fields * static_cast<std::size_t>(i) + f]; };
+  auto field = [&](index_t i, std::size_t f) { return body[hist + plan_fields * static_cast<std::size_t>(i) + f]; };
 
   // Every response of the step comes from exactly one part; group ids never decrease.
   std::vector<index_t> group_offsets{0};
@@ -670,7 +729,9 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   throw_if_error(gbits);
   objective_scalars s{};
   batch_partial_fn<double> bp{b, r, reads_rewards};
-  for (index_t i = 0; i < R; ++i) s.batch = batch_partial::merge(s.batch, bp(i));
+  batch_partial step_partial{};  // a local: merged into s.batch, each merge stored and reloaded it
+  for (index_t i = 0; i < R; ++i) step_partial = batch_partial::merge(step_partial, bp(i));
+  s.batch = step_partial;
   batch_stats_fn<O>{&s, obj}(0);
   if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
       obj.weight.normalisation() == weight_normalisation::batch_mean) {
@@ -721,7 +782,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     plan.rank_[0] = plan.ranks_[0];
     plan.rank_[1] = plan.ranks_[1];
     // The first digit's histogram came with the summaries.
-    if (plan.stage_ == step_plan::stage_kind::histogram) plan.take_histogram(body + fields, 0);
+    if (plan.stage_ == step_plan::stage_kind::histogram) plan.take_histogram(body, 0);
   }
   return plan;
 }

@@ -691,6 +691,56 @@ TEST(StepPlan, HistogramRoundsThatLoseTokensAreRejected) {
   }
 }
 
+// A rank may summarise its micro-batches as a step of their own while the ranks' layout is being
+// exchanged, and place the sum where the rank starts: the placed summary equals the summaries of
+// the same micro-batches made with their real places, value for value.
+template <class T, class Obj>
+void check_placed_summary(const Obj& obj, const std::string& label) {
+  reco_test::batch_spec spec;
+  spec.groups = 6;
+  const master_batch m = reco_test::make_batch(57, spec);
+  const index_t c1 = m.R / 4 + 1, cm = m.R / 2, c2 = m.R - 3;  // the rank holds [c1, cm) and [cm, c2)
+  index_t fg1 = 0, fg2 = 0;
+  const typed_batch<T> b1(slice(m, c1, cm, fg1)), b2(slice(m, cm, c2, fg2));
+  const reco::step_info step{9, m.R, 2.0, 77};
+  reco::step_info provisional = step;
+  provisional.responses = c2 - c1;
+  reco::step_summary placed = reco::summarize(obj, b1.view(), reco::step_part{provisional, 0, 0});
+  placed += reco::summarize(obj, b2.view(), reco::step_part{provisional, cm - c1, fg2 - fg1});
+  reco::step_summary real = reco::summarize(obj, b1.view(), reco::step_part{step, c1, fg1});
+  real += reco::summarize(obj, b2.view(), reco::step_part{step, cm, fg2});
+  const reco::step_summary unplaced = placed;
+  reco::place_summary(obj, placed, provisional, step, c1, fg1);
+  ASSERT_EQ(placed.values, real.values) << label;
+  // Misuse is named: a summary of another provisional step, a step that differs in more than its
+  // responses, a place outside the step.
+  auto expect_error = [&](auto&& f, const std::string& argument) {
+    reco::step_summary copy = unplaced;
+    try {
+      f(copy);
+      ADD_FAILURE() << label << ": no error naming " << argument;
+    } catch (const reco::error& e) {
+      EXPECT_EQ(e.argument(), argument) << label << ": " << e.what();
+    }
+  };
+  reco::step_info other = provisional;
+  other.responses += 1;
+  expect_error([&](reco::step_summary& x) { reco::place_summary(obj, x, other, step, c1, fg1); }, "summary");
+  reco::step_info next = step;
+  next.id += 1;
+  expect_error([&](reco::step_summary& x) { reco::place_summary(obj, x, provisional, next, c1, fg1); }, "step");
+  expect_error([&](reco::step_summary& x) { reco::place_summary(obj, x, provisional, step, m.R - 2, fg1); },
+               "first_response");
+  expect_error([&](reco::step_summary& x) { reco::place_summary(obj, x, provisional, step, c1, -1); }, "first_group");
+}
+
+TEST(StepPlan, PlacedSummariesEqualRealOnes) {
+  check_placed_summary<float>(reco::presets::rule_80_20{}, "rule_80_20 float");
+  check_placed_summary<double>(reco::presets::rule_80_20{}, "rule_80_20 double");
+  check_placed_summary<double>(reco::presets::reco{}, "reco double");
+  check_placed_summary<float>(reco::presets::dr_grpo{}, "dr_grpo float");
+}
+
 TEST(StepPlan, PlanFromAnotherStepIsRejected) {
   two_parts d;
   reco::presets::grpo obj;

@@ -82,6 +82,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     out.rank = group->getRank();
     out.world_size = group->getSize();
   }
+  if (micro_batches.empty()) fail("micro_batches", "needs at least one micro-batch (an empty one is fine)");
   // This rank's micro-batches, converted once.
   std::vector<request_owner> reqs;
   std::vector<part_shape> shapes;
@@ -107,32 +108,75 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   bool last_has_ids = prev && prev->has_ids;
   if (prev) mine.last_id = prev->last_id;
 
-  // Every rank's shape (one all-gather of 6 integers).
-  std::vector<part_shape> ranks(static_cast<std::size_t>(out.world_size));
+  // This rank's micro-batches as a step of their own (the provisional step): their places from
+  // response 0 and group 0 of the rank. Their summaries are made while the ranks' layout is being
+  // exchanged, then placed where the rank starts (reco::place_summary).
+  reco::step_info provisional;
+  provisional.id = options.step;
+  provisional.responses = mine.responses;
+  provisional.scale = options.average_over_ranks ? static_cast<double>(out.world_size) : 1.0;
+  provisional.config = config;
   {
-    std::int64_t local[6] = {mine.responses, mine.groups, mine.has_ids ? 1 : 0, mine.first_id,
-                             last_has_ids ? 1 : 0, mine.last_id};
-    if (group) {
-      at::Tensor in = at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).clone();
-      std::vector<std::vector<at::Tensor>> gathered(1);
-      for (int r = 0; r < out.world_size; ++r) gathered[0].push_back(at::empty({6}, at::kLong));
-      std::vector<at::Tensor> inputs{in};
-      wait_for(group->allgather(gathered, inputs), "all-gather of the step's layout");
-      ++out.collectives;
-      for (int r = 0; r < out.world_size; ++r) {
-        const std::int64_t* v = gathered[0][static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
-        part_shape& p = ranks[static_cast<std::size_t>(r)];
-        p.responses = v[0];
-        p.groups = v[1];
-        p.has_ids = v[2] != 0 && v[4] != 0;  // both ends known (a rank without ids has neither)
-        p.first_id = v[3];
-        p.last_id = v[5];
-        if (v[2] != v[4]) p.has_ids = false;
+    index_t response = 0, group_id = 0;
+    const part_shape* last = nullptr;
+    for (const auto& s : shapes) {
+      reco::step_part part;
+      part.step = provisional;
+      part.first_response = response;
+      if (s.responses > 0) {
+        if (last && joined(*last, s)) group_id -= 1;
+        part.first_group = group_id;
+        group_id += s.groups;
+        response += s.responses;
+        last = &s;
+      } else {
+        part.first_group = group_id;
       }
-    } else {
-      ranks[0] = mine;
-      ranks[0].has_ids = mine.has_ids && last_has_ids;
+      out.parts.push_back(part);
     }
+  }
+
+  // Every rank's shape: one all-gather of 6 integers, started before the summaries.
+  std::vector<part_shape> ranks(static_cast<std::size_t>(out.world_size));
+  std::int64_t local[6] = {mine.responses, mine.groups, mine.has_ids ? 1 : 0, mine.first_id,
+                           last_has_ids ? 1 : 0, mine.last_id};
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  c10::intrusive_ptr<c10d::Work> layout;
+  if (group) {
+    std::vector<at::Tensor> inputs{at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).clone()};
+    for (int r = 0; r < out.world_size; ++r) gathered[0].push_back(at::empty({6}, at::kLong));
+    layout = group->allgather(gathered, inputs);
+    ++out.collectives;
+  }
+  // Summaries, summed over this rank's micro-batches (a bad batch throws here, after the
+  // all-gather it joined has completed, so that the rank leaves no collective half done).
+  reco::step_summary total_summary;
+  try {
+    for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
+  } catch (...) {
+    if (layout) {
+      try {
+        layout->wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (group) {
+    wait_for(layout, "all-gather of the step's layout");
+    for (int r = 0; r < out.world_size; ++r) {
+      const std::int64_t* v = gathered[0][static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
+      part_shape& p = ranks[static_cast<std::size_t>(r)];
+      p.responses = v[0];
+      p.groups = v[1];
+      p.has_ids = v[2] != 0 && v[4] != 0;  // both ends known (a rank without ids has neither)
+      p.first_id = v[3];
+      p.last_id = v[5];
+      if (v[2] != v[4]) p.has_ids = false;
+    }
+  } else {
+    ranks[0] = mine;
+    ranks[0].has_ids = mine.has_ids && last_has_ids;
   }
   // The step's responses, and where this rank starts (responses and group ids).
   index_t total = 0, first_response = 0, first_group = 0, next_group = 0;
@@ -149,35 +193,17 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     total += p.responses;
     before = &p;
   }
-  reco::step_info step;
-  step.id = options.step;
+  reco::step_info step = provisional;
   step.responses = total;
-  step.scale = options.average_over_ranks ? static_cast<double>(out.world_size) : 1.0;
-  step.config = config;
-
-  // Each micro-batch's place in the step.
-  index_t response = first_response, group_id = first_group;
-  const part_shape* last = nullptr;
-  for (const auto& s : shapes) {
-    reco::step_part part;
+  // Each micro-batch's place in the step, and the summaries' place.
+  for (reco::step_part& part : out.parts) {
     part.step = step;
-    part.first_response = response;
-    if (s.responses > 0) {
-      if (last && joined(*last, s)) group_id -= 1;
-      part.first_group = group_id;
-      group_id += s.groups;
-      response += s.responses;
-      last = &s;
-    } else {
-      part.first_group = group_id;
-    }
-    out.parts.push_back(part);
+    part.first_response += first_response;
+    part.first_group += first_group;
   }
+  if (step.responses != provisional.responses || first_group != 0)
+    ops.place(total_summary, provisional, step, first_response, first_group);
 
-  // Summaries: summed over this rank's micro-batches, then over ranks.
-  if (reqs.empty()) fail("micro_batches", "needs at least one micro-batch (an empty one is fine)");
-  reco::step_summary total_summary;
-  for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
   sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
   out.plan = ops.finish(step, total_summary);
   reco::recycle(std::move(total_summary));

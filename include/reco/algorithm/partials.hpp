@@ -93,6 +93,9 @@ struct batch_partial {
       const batch_partial& x = a.weight_log_sum == 0 ? b : a;
       r.weight_log_max = x.weight_log_max;
       r.weight_log_sum = x.weight_log_sum;
+    } else if (a.weight_log_max - b.weight_log_max == 0) {  // equal and finite: exp(0) = 1, no exp needed
+      r.weight_log_max = a.weight_log_max;
+      r.weight_log_sum = a.weight_log_sum + b.weight_log_sum;
     } else {
       const double m = a.weight_log_max > b.weight_log_max ? a.weight_log_max : b.weight_log_max;
       r.weight_log_max = m;

@@ -197,8 +197,10 @@ T key_threshold(key_bits<T> k) {
 // whether a valid entropy is NaN or infinite (the plan's scan leaves the entropies to this pass;
 // the least and greatest valid keys tell, as NaN and +-inf lie beyond every finite key).
 //
-// The tokens go in blocks whose keys are computed on packs first, a masked token's key set to 0
-// (digit 0 holds only negative NaNs, never a count the selection reads); each block is then
+// The tokens go response by response, in chunks whose keys are computed on packs, a masked
+// token's key set to 0 (digit 0 holds only negative NaNs, never a count the selection reads); the
+// same pass counts each response's valid tokens (the summaries' counts, when the plan reads
+// nothing else of the tokens). The keys of ~1024 tokens are then
 // counted into 4 interleaved histograms (entropies cluster in few digits, and increments of the
 // same counter back to back would wait on each other; the histograms lie 64 bytes more than 2^16
 // counters apart, since addresses 4 KiB apart look alike to the store-to-load forwarding and
@@ -228,46 +230,53 @@ template <class T, class C>
 struct first_digit_pass {
   template <int W>
   static RECO_PLAN_PASS void run(const batch_pointers<T>& b, C* const& lanes, std::uint64_t* const& range,
-                                 bool* const& nonfinite) {
+                                 bool* const& nonfinite, index_t* const& valid_out) {
     using K = key_bits<T>;
     constexpr int shift = static_cast<int>(sizeof(T) * 8) - key_digit_bits;
     constexpr index_t block = 1024;
-    const index_t N = b.layout.tokens;
     const T* h = b.entropy;
     const std::uint8_t* m = b.mask;
-    K keys[block];
+    K keys[block + mask_chunk];
     C* sub[4] = {lanes, lanes + digit_lane_stride, lanes + 2 * digit_lane_stride, lanes + 3 * digit_lane_stride};
     K lo = ~K(0), hi = 0;  // the least and greatest valid key
-    for (index_t t0 = 0; t0 < N; t0 += block) {
-      const index_t end = N - t0 < block ? N - t0 : block;
-      index_t n = 0;  // the block's keys, fully masked chunks left out
-      if (m) {
-        for (index_t c = 0; c < end; c += mask_chunk) {
-          const index_t len = end - c < mask_chunk ? end - c : mask_chunk;
-          if (chunk_masked(m + t0 + c, len)) continue;
-          for (index_t j = 0; j < len; ++j) {
-            const K k = order_key_bits(h[t0 + c + j]);
-            const K take = K(0) - static_cast<K>(m[t0 + c + j] != 0);  // all ones for a valid token
-            keys[n + j] = k & take;
-            lo = std::min(lo, k | ~take);
-            hi = std::max(hi, k & take);
-          }
-          n += len;
-        }
-      } else {
-        for (index_t j = 0; j < end; ++j) {
-          const K k = order_key_bits(h[t0 + j]);
-          keys[j] = k;
-          lo = std::min(lo, k);
-          hi = std::max(hi, k);
-        }
-        n = end;
-      }
+    index_t n = 0;         // keys waiting to be counted
+    auto count = [&] {
       index_t j = 0;
       for (; j + 4 <= n; j += 4)
         for (int l = 0; l < 4; ++l) ++sub[l][keys[j + l] >> shift];
       for (; j < n; ++j) ++sub[0][keys[j] >> shift];
+      n = 0;
+    };
+    for (index_t i = 0; i < b.layout.responses; ++i) {
+      std::uint32_t valid = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
+      for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += mask_chunk) {
+        const index_t len = t1 - t0 < mask_chunk ? t1 - t0 : mask_chunk;
+        K* kc = keys + n;
+        if (m) {
+          if (chunk_masked(m + t0, len)) continue;
+          for (index_t j = 0; j < len; ++j) {
+            const K k = order_key_bits(h[t0 + j]);
+            const K take = K(0) - static_cast<K>(m[t0 + j] != 0);  // all ones for a valid token
+            kc[j] = k & take;
+            lo = std::min(lo, k | ~take);
+            hi = std::max(hi, k & take);
+            valid += static_cast<std::uint32_t>(take & 1);
+          }
+        } else {
+          for (index_t j = 0; j < len; ++j) {
+            const K k = order_key_bits(h[t0 + j]);
+            kc[j] = k;
+            lo = std::min(lo, k);
+            hi = std::max(hi, k);
+          }
+          valid += static_cast<std::uint32_t>(len);
+        }
+        n += len;
+        if (n > block - mask_chunk) count();
+      }
+      if (valid_out) valid_out[i] = valid;
     }
+    count();
     range[0] = lo >> shift;
     range[1] = hi >> shift;
     // NaN and +-inf have the keys beyond the finite values': the extremes tell.
@@ -277,9 +286,10 @@ struct first_digit_pass {
 };
 // out[d] = the count of digit d and out[key_digits + g] the count of group g (doubles, a histogram
 // of digit_histogram_size; out is all zero on entry and only the reached digits and their groups
-// are written). `nonfinite`: whether a valid entropy is NaN or infinite.
+// are written). `nonfinite`: whether a valid entropy is NaN or infinite. `valid` (optional, one
+// per response): the response's valid tokens.
 template <class T>
-void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfinite) {
+void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfinite, index_t* valid = nullptr) {
   auto count = [&](auto zero) {
     using C = decltype(zero);
     constexpr std::size_t S = digit_lane_stride;
@@ -288,9 +298,9 @@ void first_digit_histogram(const batch_pointers<T>& b, double* out, bool* nonfin
     C* l = lanes.data();
     std::uint64_t* range = range_store;
 #if RECO_SIMD
-    simd::run_widest<first_digit_pass<T, C>>(b, l, range, nonfinite);
+    simd::run_widest<first_digit_pass<T, C>>(b, l, range, nonfinite, valid);
 #else
-    first_digit_pass<T, C>::template run<1>(b, l, range, nonfinite);
+    first_digit_pass<T, C>::template run<1>(b, l, range, nonfinite, valid);
 #endif
     for (std::size_t k = 0; k < 4; ++k) l[k * S] = C(0);  // the masked tokens' digit
     if (range[0] == 0) range[0] = 1;

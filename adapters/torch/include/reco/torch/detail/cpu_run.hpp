@@ -33,6 +33,10 @@ plan_ops plan_ops_for(const Objective& obj) {
   ops.summarize = [obj](const run_request& q, const reco::step_part& part) {
     return q.use_double ? reco::summarize(obj, q.batch_d, part) : reco::summarize(obj, q.batch_f, part);
   };
+  ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,
+                    index_t first_response, index_t first_group) {
+    reco::place_summary(obj, s, provisional, step, first_response, first_group);
+  };
   ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
     return reco::finish_plan(obj, step, total);
   };

@@ -41,10 +41,14 @@ struct run_request {
 // on CUDA it enqueues the work and the packing of the result into request.stats_out.
 using runner = std::function<void(const run_request&, objective_result& host_result)>;
 
-// The three plan steps of one objective on a run_request's batch (CPU): a part's summary, the
-// plan from the summed summaries, and a part's summary of the plan's pending round.
+// The plan steps of one objective on a run_request's batch (CPU): a part's summary, its move from
+// a provisional place in the step to its real one (reco::place_summary), the plan from the summed
+// summaries, and a part's summary of the plan's pending round.
 struct plan_ops {
   std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
+  std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
+                     index_t first_response, index_t first_group)>
+      place;
   std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
   std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&,
                                    reco::part_rounds*)>
