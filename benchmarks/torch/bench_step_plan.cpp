@@ -12,6 +12,8 @@
 //                 plan's own passes over the data without the collectives;
 //   call_planned  policy_loss with the plan + backward on this rank's micro-batch;
 //   call          policy_loss without a plan + backward on the same micro-batch;
+//   plan_over_call  the plan and the planned call alternating in one loop, each one's CPU time
+//                 summed and their ratio (a counter; robust to the machine's speed drifting);
 // and per N, copy_inputs: a copy of the call's per-token inputs (logp, old_logp, ref_logp,
 // entropy, mask), the memory traffic of one pass over them; and allreduce: one collective alone.
 // Each rank uses RECO_BENCH_THREADS threads (default 1: two ranks on a 2-core machine).
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
@@ -156,6 +159,45 @@ void BM_copy_inputs(benchmark::State& state) {
   state.SetBytesProcessed(bytes * state.iterations());
 }
 
+// The plan and the call it serves, alternating in one loop: the CPU time of this rank's thread in
+// each, summed over the iterations, and their ratio. A machine whose speed drifts between the
+// `plan` and `call_planned` rows (a shared guest) moves both halves of this ratio alike.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void BM_plan_over_call(benchmark::State& state, const std::string& preset) {
+  const int64_t N = state.range(0);
+  const rank_batch& b = rank_data(N);
+  const at::Tensor logp = b.logp.clone().requires_grad_(true);
+  const reco::torch::policy_inputs in = inputs_of(b, logp);
+  const std::vector<reco::torch::policy_inputs> mbs{in};
+  reco::torch::step_options opt;
+  double plan_cpu = 0, call_cpu = 0;
+  line_up();
+  for (auto _ : state) {
+    const auto wall0 = std::chrono::steady_clock::now();
+    const double t0 = thread_cpu_seconds();
+    ++opt.step;
+    const reco::torch::planned_step plan = reco::torch::build_step_plan(group, preset, mbs, {}, opt);
+    const double t1 = thread_cpu_seconds();
+    logp.mutable_grad() = at::Tensor();
+    reco::torch::policy_output out = reco::torch::policy_loss(preset, in, {}, plan, 0);
+    out.loss.backward();
+    benchmark::DoNotOptimize(logp.grad().data_ptr());
+    const double t2 = thread_cpu_seconds();
+    plan_cpu += t1 - t0;
+    call_cpu += t2 - t1;
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["plan_cpu_ms"] = 1e3 * plan_cpu / n;
+  state.counters["call_cpu_ms"] = 1e3 * call_cpu / n;
+  state.counters["plan_over_call_pct"] = 100.0 * plan_cpu / call_cpu;
+}
+
 // One all-reduce of n doubles over the group, alone: what a collective costs by itself on this
 // machine (the sizes of the plan's payloads: a few counts, per-response fields, a histogram).
 void BM_allreduce(benchmark::State& state) {
@@ -192,6 +234,8 @@ void register_all() {
       add("plan_local", BM_plan, false);
       add("call_planned", BM_call, true);
       add("call", BM_call, false);
+      benchmark::RegisterBenchmark(("step_plan/" + preset + "/plan_over_call").c_str(), BM_plan_over_call, preset)
+          ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseManualTime();
     }
   }
 }

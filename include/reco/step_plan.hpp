@@ -788,30 +788,98 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
 }
 
 // What a part may keep between the rounds of its plan: the tokens a cut inside the current
-// prefixes may still split (cut_candidates), gathered by the first round after the summaries.
-// With it, the later rounds and the cut counts read those few tokens instead of the part's data
-// again; without it (stateless bindings), every round reads the data. Both give the same
-// summaries. A state belongs to one part and one plan (it is bound to the plan's serial, so a
-// state kept across steps is gathered again): pass the same batch every round.
+// prefixes may still split (cut_candidates), gathered by the first round after the summaries, or
+// earlier by gather_early while the summaries are being summed. With it, the later rounds and the
+// cut counts read those few tokens instead of the part's data again; without it (stateless
+// bindings), every round reads the data. All give the same summaries. A state belongs to one part,
+// one batch (its entropies' address) and one plan (it is bound to the plan's serial, so a state
+// kept across steps is gathered again): pass the same batch every round.
 struct part_rounds {
-  std::uint64_t plan = 0;  // the serial of the plan it was gathered for (0: nothing gathered)
+  std::uint64_t plan = 0;     // the serial of the plan it was gathered for (0: nothing gathered)
+  std::uint64_t pending = 0;  // gathered early (gather_early) from values of this width, no plan yet
   index_t first_response = -1, responses = -1;
+  const void* entropy = nullptr;  // the entropies it was gathered from (another batch gathers again)
   detail::cut_candidates candidates;
 };
 
+// The first digits a part's cut candidates may be gathered for before the summaries are summed
+// (gather_early): those that hold the targets' ranks in a histogram of the part's (or its rank's)
+// own summaries, widened to the ranks `margin` standard deviations of a quantile of n
+// independent draws (0.4 sqrt(n)) away, and 64 more. Parts of one step whose values come from the
+// same distribution then find the step's cut inside; a part whose values differ gathers again in
+// the first round. Empty (lo > hi) without a cut to find.
+struct digit_window {
+  std::uint64_t lo = 1, hi = 0;
+};
+template <class Obj>
+digit_window early_window(const Obj& obj, const step_summary& local, double margin = 4) {
+  using namespace detail;
+  digit_window w;
+  if constexpr (!is_covariance_selection_v<typename Obj::selector_type> && Obj::selector_type::active) {
+    if (!summary_has_histogram(obj) || local.values.size() < plan_header + plan_histogram) return w;
+    const double* h = local.values.data() + plan_header;  // the stage-0 histogram comes first
+    double n = 0;
+    for (std::size_t g = 0; g < digit_groups; ++g) n += h[plan_buckets + g];
+    if (n < 1) return w;
+    const auto& p = term_of(obj.select).params;
+    const auto N = static_cast<index_t>(n);
+    index_t lo = 0, hi = 0;  // the targets' ascending ranks
+    if (p.rule == selection_rule::top_k) {
+      lo = hi = N - top_k_count(p.rho, N);
+    } else {
+      lo = static_cast<index_t>((1.0 - p.rho) * static_cast<double>(N - 1));
+      hi = lo + 1 < N ? lo + 1 : lo;
+    }
+    const auto spread = static_cast<index_t>(margin * 0.4 * std::sqrt(n)) + 64;
+    lo = lo > spread ? lo - spread : 0;
+    hi = hi + spread < N ? hi + spread : N - 1;
+    auto digit_of = [&](index_t rank) {  // the group holding the rank, then the digit inside it
+      const auto r = static_cast<double>(rank);
+      double below = 0;
+      std::size_t g = 0;
+      for (; g + 1 < digit_groups && below + h[plan_buckets + g] <= r; ++g) below += h[plan_buckets + g];
+      std::size_t d = g << digit_group_bits;
+      for (const std::size_t end = d + (std::size_t(1) << digit_group_bits) - 1; d < end && below + h[d] <= r; ++d)
+        below += h[d];
+      return static_cast<std::uint64_t>(d);
+    };
+    w.lo = std::max<std::uint64_t>(digit_of(lo), 1);
+    w.hi = digit_of(hi);
+  }
+  return w;
+}
+
+// Gathers a part's cut candidates for the first digits of `w` into `state` before the plan
+// exists: right after the part's summary, while its data is still in the caches and the summaries
+// (or the layout) are being exchanged, instead of once more after the sums arrive. The first round
+// of the next plan that takes a round with this state and the same batch (the same entropies, the
+// same number of responses) takes them if the step's targets fall inside the window, and gathers
+// from the data if not. Needs nothing from the step: a part may gather before it knows its place.
+template <class Obj, class T>
+void gather_early(const Obj& obj, const batch_view<T>& batch, digit_window w, part_rounds& state) {
+  state = part_rounds{};
+  if (!detail::summary_has_histogram(obj) || w.lo > w.hi) return;
+  const detail::batch_pointers<T> b = detail::pointers_of(batch);
+  state.pending = sizeof(T);
+  state.responses = batch.layout.responses;
+  state.entropy = b.entropy;
+  detail::gather_candidates(b, detail::plan_digit_bits, w.lo, w.hi, state.candidates);
+}
+
 namespace detail {
 
-// Whether a part's state holds candidates gathered for this plan and part (of R responses).
-inline bool gathered_for(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R) {
+// Whether a part's state holds candidates gathered for this plan, part (of R responses) and batch.
+inline bool gathered_for(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R,
+                         const void* entropy) {
   return st.plan == plan.serial() && st.first_response == part.first_response && st.responses == R &&
-         st.candidates.lo <= st.candidates.hi;
+         st.entropy == entropy && st.candidates.lo <= st.candidates.hi;
 }
 
 // Whether a part's state covers the plan's current prefixes [lo, hi] at `done` bits.
-inline bool covers(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R, int done,
-                   std::uint64_t lo, std::uint64_t hi) {
+inline bool covers(const part_rounds& st, const step_plan& plan, const step_part& part, index_t R,
+                   const void* entropy, int done, std::uint64_t lo, std::uint64_t hi) {
   const cut_candidates& c = st.candidates;
-  if (!gathered_for(st, plan, part, R) || c.done > done) return false;
+  if (!gathered_for(st, plan, part, R, entropy) || c.done > done) return false;
   const int s = done - c.done;
   return (lo >> s) >= c.lo && (hi >> s) <= c.hi;
 }
@@ -847,18 +915,29 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
   double* out = s.values.data() + plan_header;
   part_rounds scratch;
   part_rounds& st = state ? *state : scratch;
+  // Candidates gathered early: this plan's if it is the first to take a round with them, at its
+  // first round, with the batch they were gathered from.
+  if (st.pending != 0) {
+    if (st.plan == 0 && st.pending == sizeof(T) && plan.stage_index() == 1 && st.entropy == b.entropy &&
+        st.responses == R) {
+      st.plan = plan.serial();
+      st.first_response = part.first_response;
+    }
+    st.pending = 0;
+  }
   const int W = static_cast<int>(sizeof(T) * 8);
   if (histogram) {
     // The candidates under the targets' prefixes (the two targets of a quantile may differ),
     // gathered from the data or narrowed from the previous round's.
     const int done = plan.round() * plan_digit_bits;
     const std::uint64_t lo = plan.prefix(0), hi = plan.prefix(plan.targets() - 1);
-    if (covers(st, plan, part, R, done, lo, hi)) {
+    if (covers(st, plan, part, R, b.entropy, done, lo, hi)) {
       st.candidates.narrow(W, done, lo, hi);
     } else {
       st.plan = plan.serial();
       st.first_response = part.first_response;
       st.responses = R;
+      st.entropy = b.entropy;
       gather_candidates(b, done, lo, hi, st.candidates);
     }
     const cut_candidates& c = st.candidates;
@@ -873,7 +952,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     const double cut = plan.cut().value;
     std::vector<std::int64_t> above(static_cast<std::size_t>(R)), on(static_cast<std::size_t>(R));
     const cut_candidates& c = st.candidates;
-    if (state && gathered_for(st, plan, part, R) && cut_inside(c, sizeof(T), cut)) {
+    if (state && gathered_for(st, plan, part, R, b.entropy) && cut_inside(c, sizeof(T), cut)) {
       // Outside the candidates' range every token lies on the side its range does.
       above = c.above;
       for (std::size_t k = 0; k < c.keys.size(); ++k) {

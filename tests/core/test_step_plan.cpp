@@ -400,26 +400,42 @@ void check_candidate_rounds(const std::vector<double>& values, reco::selection_r
       typed.emplace_back(slice(m, bounds[p], bounds[p + 1], fg));
       parts.push_back(reco::step_part{step, bounds[p], fg});
     }
+    // Early candidates (gather_early, before the summaries are summed) around the digits each
+    // part's own histogram suggests, and around a window that misses the cut (digit 1).
     reco::step_summary total;
-    for (std::size_t p = 0; p < parts.size(); ++p) total += reco::summarize(obj, typed[p].view(), parts[p]);
-    reco::step_plan with = reco::finish_plan(obj, step, total), without = with;
+    std::vector<reco::part_rounds> early(parts.size()), missed(parts.size());
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      reco::step_summary own = reco::summarize(obj, typed[p].view(), parts[p]);
+      reco::gather_early(obj, typed[p].view(), reco::early_window(obj, own), early[p]);
+      reco::gather_early(obj, typed[p].view(), reco::digit_window{1, 1}, missed[p]);
+      total += std::move(own);
+    }
+    reco::step_plan with = reco::finish_plan(obj, step, total), without = with, with_early = with, with_missed = with;
     std::vector<reco::part_rounds> states(parts.size());
     int rounds = 0;
     while (!with.complete()) {
       ASSERT_FALSE(without.complete()) << label;
-      reco::step_summary a, b;
+      reco::step_summary a, b, c, d;
       for (std::size_t p = 0; p < parts.size(); ++p) {
         a += reco::plan_round(obj, with, typed[p].view(), parts[p], &states[p]);
         b += reco::plan_round(obj, without, typed[p].view(), parts[p]);
+        c += reco::plan_round(obj, with_early, typed[p].view(), parts[p], &early[p]);
+        d += reco::plan_round(obj, with_missed, typed[p].view(), parts[p], &missed[p]);
       }
       ASSERT_EQ(a.values, b.values) << label << ", round " << rounds;
+      ASSERT_EQ(c.values, b.values) << label << ", early candidates, round " << rounds;
+      ASSERT_EQ(d.values, b.values) << label << ", missed window, round " << rounds;
       with.advance(a);
       without.advance(b);
+      with_early.advance(c);
+      with_missed.advance(d);
       ++rounds;
     }
     ASSERT_TRUE(without.complete()) << label;
     EXPECT_EQ(rounds, static_cast<int>(sizeof(T) * 8 / 16)) << label;  // the histogram rounds + the counts
     ASSERT_EQ(with.kept(), without.kept()) << label;
+    ASSERT_EQ(with_early.kept(), without.kept()) << label;
+    ASSERT_EQ(with_missed.kept(), without.kept()) << label;
     if (rule != reco::selection_rule::top_k) continue;
     // Naive top-k over the step, the values as the parts see them (type T), -0 equal to +0.
     std::vector<std::pair<double, index_t>> order;  // (value, step position of a valid token)

@@ -24,15 +24,21 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   }
 }
 
-// Element-wise sum over ranks, in place.
-void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
-                    int& count) {
-  if (!group) return;
+// Starts the element-wise sum over ranks of a summary, in place (the summary must not be read or
+// moved until the work is waited for).
+c10::intrusive_ptr<c10d::Work> start_sum(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s,
+                                         int& count) {
   at::Tensor t = at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
                                at::TensorOptions().dtype(at::kDouble));
   std::vector<at::Tensor> ts{t};
-  wait_for(group->allreduce(ts), what);
   ++count;
+  return group->allreduce(ts);
+}
+
+// Element-wise sum over ranks, in place.
+void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
+                    int& count) {
+  if (group) wait_for(start_sum(group, s, count), what);
 }
 
 // Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
@@ -149,10 +155,18 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     ++out.collectives;
   }
   // Summaries, summed over this rank's micro-batches (a bad batch throws here, after the
-  // all-gather it joined has completed, so that the rank leaves no collective half done).
+  // all-gather it joined has completed, so that the rank leaves no collective half done). With a
+  // cut to find, each micro-batch then gathers its cut candidates around the digits its own
+  // histogram puts the cut in, while its data is still in the caches; the first round gathers them
+  // again only if the step's cut falls outside.
   reco::step_summary total_summary;
+  std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   try {
-    for (std::size_t j = 0; j < reqs.size(); ++j) total_summary += ops.summarize(reqs[j].request, out.parts[j]);
+    for (std::size_t j = 0; j < reqs.size(); ++j) {
+      reco::step_summary s = ops.summarize(reqs[j].request, out.parts[j]);
+      if (group) ops.gather_early(reqs[j].request, ops.window(s), states[j]);
+      total_summary += std::move(s);
+    }
   } catch (...) {
     if (layout) {
       try {
@@ -207,7 +221,6 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
   out.plan = ops.finish(step, total_summary);
   reco::recycle(std::move(total_summary));
-  std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)

@@ -43,13 +43,16 @@ using runner = std::function<void(const run_request&, objective_result& host_res
 
 // The plan steps of one objective on a run_request's batch (CPU): a part's summary, its move from
 // a provisional place in the step to its real one (reco::place_summary), the plan from the summed
-// summaries, and a part's summary of the plan's pending round.
+// summaries, the cut's candidates gathered early, and a part's summary of the plan's pending round.
 struct plan_ops {
   std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
   std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
                      index_t first_response, index_t first_group)>
       place;
   std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
+  // The cut's candidates gathered while the summaries are summed (reco::early_window, gather_early).
+  std::function<reco::digit_window(const reco::step_summary&)> window;
+  std::function<void(const run_request&, reco::digit_window, reco::part_rounds&)> gather_early;
   std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&,
                                    reco::part_rounds*)>
       round;
