@@ -38,7 +38,9 @@
 // summed round of per-response counts settles. Nothing depends on the number of parts. The first
 // round after the summaries gathers the part's candidates (its tokens under the targets' first
 // digit, a few per thousand on spread entropies) into a part_rounds when given one; the later
-// rounds and the counts then read those instead of the part's data (the same summaries).
+// rounds and the counts then read those instead of the part's data (the same summaries). A part
+// may gather them earlier, right after its own summary (early_window, gather_early), for the
+// digits around its own targets; the first round takes them if the step's cut falls inside.
 //
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
