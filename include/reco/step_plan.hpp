@@ -589,6 +589,26 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   return s;
 }
 
+namespace detail {
+// The header of a summed stage-0 summary whose parts agree: their number, value width and
+// fingerprint, which must be that of `step` and the objective (else fails naming `argument`).
+struct summed_head {
+  double parts = 0;
+  std::size_t width = 0;
+  std::uint64_t fp = 0;
+};
+template <class Obj>
+summed_head stage0_head(const Obj& obj, const step_summary& s, const step_info& step, const char* argument,
+                        const char* mismatch) {
+  summed_head h;
+  check_plan_header(s, 0, h.fp, false);
+  h.parts = s.values[plan_h_parts];
+  h.width = static_cast<std::size_t>(s.values[plan_h_width] / h.parts);
+  if (plan_fingerprint(obj, step, h.width) != h.fp) fail(argument, mismatch);
+  return h;
+}
+}  // namespace detail
+
 // Moves a stage-0 summary made with a provisional place in the step to its real place: the
 // summary of parts that were summarised as a step of their own (`provisional`: the same id, scale
 // and configuration, their own number of responses; the first part at response 0 and group 0)
@@ -601,12 +621,11 @@ template <class Obj>
 void place_summary(const Obj& obj, step_summary& s, const step_info& provisional, const step_info& step,
                    index_t first_response, index_t first_group) {
   using namespace detail;
-  std::uint64_t fp = 0;
-  check_plan_header(s, 0, fp, false);
-  const double parts = s.values[plan_h_parts];
-  const auto width = static_cast<std::size_t>(s.values[plan_h_width] / parts);
-  if (plan_fingerprint(obj, provisional, width) != fp)
-    fail("summary", "was not made for the provisional step (its id, scale, configuration and responses) or objective");
+  const summed_head head = stage0_head(obj, s, provisional, "summary",
+                                       "was not made for the provisional step (its id, scale, configuration and "
+                                       "responses) or objective");
+  const double parts = head.parts;
+  const std::size_t width = head.width;
   require(step.id == provisional.id && step.scale == provisional.scale && step.config == provisional.config,
           "step", "must differ from the provisional step in its number of responses only");
   const std::size_t hist = summary_has_histogram(obj) ? plan_histogram : 0;
@@ -641,12 +660,10 @@ template <class Obj>
 step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summary& total) {
   using namespace detail;
   obj_in.validate();
-  std::uint64_t fp = 0;
-  check_plan_header(total, 0, fp, false);
-  const double parts = total.values[plan_h_parts];
-  const auto width = static_cast<std::size_t>(total.values[plan_h_width] / parts);
-  if (plan_fingerprint(obj_in, step, width) != fp)
-    fail("plan", "the summaries were made for another step or objective than this one");
+  const summed_head head =
+      stage0_head(obj_in, total, step, "plan", "the summaries were made for another step or objective than this one");
+  const std::uint64_t fp = head.fp;
+  const std::size_t width = head.width;
   std::uint32_t bits = 0;
   for (int k = 0; k < 16; ++k)
     if (total.values[plan_h_status + k] > 0) bits |= 1u << k;
