@@ -305,17 +305,23 @@ inline std::uint64_t next_plan_serial() {
   return serials.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Writes a fingerprint into a summary's header as `parts` parts that agree on it sum it: 8 chunks of
+// 8 bits and their squares.
+inline void write_fingerprint(step_summary& s, std::uint64_t fp, double parts) {
+  for (int c = 0; c < 8; ++c) {
+    const double x = static_cast<double>((fp >> (8 * c)) & 0xffu);
+    s.values[plan_h_fp + c] = parts * x;
+    s.values[plan_h_fp_sq + c] = parts * x * x;
+  }
+}
+
 inline step_summary plan_summary(std::size_t body, int stage, std::size_t width, std::uint64_t fp) {
   step_summary s;
   s.values = summary_storage(plan_header + body);
   s.values[plan_h_parts] = 1;
   s.values[plan_h_stage] = stage;
   s.values[plan_h_width] = static_cast<double>(width);
-  for (int c = 0; c < 8; ++c) {
-    const double x = static_cast<double>((fp >> (8 * c)) & 0xffu);
-    s.values[plan_h_fp + c] = x;
-    s.values[plan_h_fp_sq + c] = x * x;
-  }
+  write_fingerprint(s, fp, 1);
   return s;
 }
 
@@ -455,19 +461,10 @@ class step_plan {
   // One histogram round: per target j, the summed histogram at v + j * stride (stride 0: one
   // histogram for every target, as in the first round) narrows its prefix by a digit.
   void take_histogram(const double* v, std::size_t stride) {
-    constexpr std::size_t group = std::size_t(1) << detail::digit_group_bits;
     for (int j = 0; j < targets_; ++j) {
-      const double* h = v + j * stride;
-      const double* groups = h + detail::plan_buckets;
-      const auto rank = static_cast<double>(rank_[j]);
-      // The group holding the rank, then the bucket inside it.
       double below = 0;
-      std::size_t g = 0;
-      for (; g < detail::digit_groups && below + groups[g] <= rank; ++g) below += groups[g];
-      std::size_t b = g * group, end = b + group;
-      if (g < detail::digit_groups)
-        for (; b < end && below + h[b] <= rank; ++b) below += h[b];
-      if (g == detail::digit_groups || b == end)
+      const std::size_t b = detail::digit_at_rank(v + j * stride, static_cast<double>(rank_[j]), below);
+      if (b == detail::plan_buckets)
         detail::fail("plan", "the parts' histograms hold fewer valid tokens than their summaries counted "
                              "(inconsistent parts)");
       rank_[j] -= static_cast<index_t>(below);
@@ -647,12 +644,7 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
     double& g = f[shift + plan_fields * i + plan_f_group];
     if (g != 0) g += static_cast<double>(first_group);  // 0: a response no part claimed
   }
-  const std::uint64_t placed = plan_fingerprint(obj, step, width);
-  for (int c = 0; c < 8; ++c) {
-    const double x = static_cast<double>((placed >> (8 * c)) & 0xffu);
-    s.values[plan_h_fp + c] = parts * x;
-    s.values[plan_h_fp_sq + c] = parts * x * x;
-  }
+  write_fingerprint(s, plan_fingerprint(obj, step, width), parts);
 }
 
 // The plan from the sum of every part's summary (the same on every part).
@@ -852,15 +844,9 @@ digit_window early_window(const Obj& obj, const step_summary& local, double marg
     const auto spread = static_cast<index_t>(margin * 0.4 * std::sqrt(n)) + 64;
     lo = lo > spread ? lo - spread : 0;
     hi = hi + spread < N ? hi + spread : N - 1;
-    auto digit_of = [&](index_t rank) {  // the group holding the rank, then the digit inside it
-      const auto r = static_cast<double>(rank);
+    auto digit_of = [&](index_t rank) {  // rank < N: always found
       double below = 0;
-      std::size_t g = 0;
-      for (; g + 1 < digit_groups && below + h[plan_buckets + g] <= r; ++g) below += h[plan_buckets + g];
-      std::size_t d = g << digit_group_bits;
-      for (const std::size_t end = d + (std::size_t(1) << digit_group_bits) - 1; d < end && below + h[d] <= r; ++d)
-        below += h[d];
-      return static_cast<std::uint64_t>(d);
+      return static_cast<std::uint64_t>(std::min(digit_at_rank(h, static_cast<double>(rank), below), plan_buckets - 1));
     };
     w.lo = std::max<std::uint64_t>(digit_of(lo), 1);
     w.hi = digit_of(hi);

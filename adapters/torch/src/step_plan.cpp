@@ -24,21 +24,15 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   }
 }
 
-// Starts the element-wise sum over ranks of a summary, in place (the summary must not be read or
-// moved until the work is waited for).
-c10::intrusive_ptr<c10d::Work> start_sum(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s,
-                                         int& count) {
-  at::Tensor t = at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
-                               at::TensorOptions().dtype(at::kDouble));
-  std::vector<at::Tensor> ts{t};
-  ++count;
-  return group->allreduce(ts);
-}
-
 // Element-wise sum over ranks, in place.
 void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
                     int& count) {
-  if (group) wait_for(start_sum(group, s, count), what);
+  if (!group) return;
+  at::Tensor t = at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
+                               at::TensorOptions().dtype(at::kDouble));
+  std::vector<at::Tensor> ts{t};
+  wait_for(group->allreduce(ts), what);
+  ++count;
 }
 
 // Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
@@ -164,7 +158,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   try {
     for (std::size_t j = 0; j < reqs.size(); ++j) {
       reco::step_summary s = ops.summarize(reqs[j].request, out.parts[j]);
-      if (group) ops.gather_early(reqs[j].request, ops.window(s), states[j]);
+      if (group) ops.gather_early(reqs[j].request, s, states[j]);
       total_summary += std::move(s);
     }
   } catch (...) {

@@ -177,6 +177,23 @@ inline void histogram_add(double* h, std::size_t d, double count) {
   h[d] += count;
   h[key_digits + (d >> digit_group_bits)] += count;
 }
+// The digit of such a histogram that holds the token of ascending rank `rank` (the group holding
+// it, then the digit inside the group); `below` gets the count under that digit. key_digits when
+// the histogram holds `rank` tokens or fewer.
+inline std::size_t digit_at_rank(const double* h, double rank, double& below) {
+  constexpr std::size_t group = std::size_t(1) << digit_group_bits;
+  const double* groups = h + key_digits;
+  below = 0;
+  std::size_t g = 0;
+  for (; g < digit_groups && below + groups[g] <= rank; ++g) below += groups[g];
+  if (g == digit_groups) return key_digits;
+  std::size_t d = g * group;
+  for (const std::size_t end = d + group; d < end; ++d) {
+    if (below + h[d] > rank) return d;
+    below += h[d];
+  }
+  return key_digits;
+}
 
 // The value v such that key(x) >= k exactly when x >= v, for every finite x of type T: the
 // selection's later passes compare values against a range of keys without computing keys.

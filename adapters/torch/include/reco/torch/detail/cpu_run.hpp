@@ -40,8 +40,8 @@ plan_ops plan_ops_for(const Objective& obj) {
   ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
     return reco::finish_plan(obj, step, total);
   };
-  ops.window = [obj](const reco::step_summary& local) { return reco::early_window(obj, local); };
-  ops.gather_early = [obj](const run_request& q, reco::digit_window w, reco::part_rounds& state) {
+  ops.gather_early = [obj](const run_request& q, const reco::step_summary& own, reco::part_rounds& state) {
+    const reco::digit_window w = reco::early_window(obj, own);
     if (q.use_double) reco::gather_early(obj, q.batch_d, w, state);
     else reco::gather_early(obj, q.batch_f, w, state);
   };

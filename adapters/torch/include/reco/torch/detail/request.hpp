@@ -50,9 +50,8 @@ struct plan_ops {
                      index_t first_response, index_t first_group)>
       place;
   std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
-  // The cut's candidates gathered while the summaries are summed (reco::early_window, gather_early).
-  std::function<reco::digit_window(const reco::step_summary&)> window;
-  std::function<void(const run_request&, reco::digit_window, reco::part_rounds&)> gather_early;
+  // A part's cut candidates gathered right after its own summary (reco::early_window, gather_early).
+  std::function<void(const run_request&, const reco::step_summary& own, reco::part_rounds&)> gather_early;
   std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&,
                                    reco::part_rounds*)>
       round;
