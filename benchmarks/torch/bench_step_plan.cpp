@@ -18,6 +18,10 @@
 // entropy, mask), the memory traffic of one pass over them; and allreduce: one collective alone.
 // Each rank uses RECO_BENCH_THREADS threads (default 1: two ranks on a 2-core machine).
 // --benchmark_enable_random_interleaving is refused: it shuffles each rank differently.
+//
+// Built with RECO_BENCH_STEP_PLAN_NCCL (reco_bench_torch_step_plan_cuda, a CUDA LibTorch): the
+// same rows on CUDA tensors with one process over ProcessGroupNCCL (NCCL takes one rank per GPU),
+// the whole step on the one rank, every timed iteration ended by a device synchronisation.
 #include <benchmark/benchmark.h>
 
 #include <sys/wait.h>
@@ -37,15 +41,29 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
+#ifdef RECO_BENCH_STEP_PLAN_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 
 #include "reco/torch/policy_loss.hpp"
 #include "reco/torch/step_plan.hpp"
 
 namespace {
 
+#ifdef RECO_BENCH_STEP_PLAN_NCCL
+constexpr int world = 1;
+const at::Device device(at::kCUDA, 0);
+// Ends a timed iteration: the device's work is part of it.
+void sync() { c10::cuda::device_synchronize(); }
+#else
 constexpr int world = 2;
+const at::Device device(at::kCPU);
+void sync() {}
+#endif
 constexpr int64_t width = 1024;     // padded response length; valid lengths in [256, 1024]
 constexpr int64_t group_size = 8;
 
@@ -73,6 +91,8 @@ const rank_batch& rank_data(int64_t N) {
   b->mask = at::arange(width, at::kLong).unsqueeze(0) < lengths;
   b->rewards = (at::rand({R}, f32) < 0.5).to(at::kFloat);
   b->group_offsets = at::arange(0, R + 1, group_size, at::kLong);
+  for (at::Tensor* t : {&b->logp, &b->old_logp, &b->ref_logp, &b->entropy, &b->mask, &b->rewards, &b->group_offsets})
+    *t = t->to(device);
   slot = std::move(b);
   return *slot;
 }
@@ -113,6 +133,7 @@ void BM_plan(benchmark::State& state, const std::string& preset, bool collective
     const reco::torch::planned_step plan = reco::torch::build_step_plan(g, preset, mbs, {}, opt);
     collectives = plan.collectives;
     benchmark::DoNotOptimize(plan.parts.data());
+    sync();
   }
   counters(state, N);
   state.counters["collectives"] = collectives;
@@ -135,6 +156,7 @@ void BM_call(benchmark::State& state, const std::string& preset, bool planned) {
         planned ? reco::torch::policy_loss(preset, in, {}, plan, 0) : reco::torch::policy_loss(preset, in);
     out.loss.backward();
     benchmark::DoNotOptimize(logp.grad().data_ptr());
+    sync();
   }
   counters(state, N);
 }
@@ -154,6 +176,7 @@ void BM_copy_inputs(benchmark::State& state) {
   for (auto _ : state) {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
     benchmark::DoNotOptimize(dst.back().data_ptr());
+    sync();
   }
   counters(state, N);
   state.SetBytesProcessed(bytes * state.iterations());
@@ -175,39 +198,50 @@ void BM_plan_over_call(benchmark::State& state, const std::string& preset) {
   const reco::torch::policy_inputs in = inputs_of(b, logp);
   const std::vector<reco::torch::policy_inputs> mbs{in};
   reco::torch::step_options opt;
-  double plan_cpu = 0, call_cpu = 0;
+  double plan_cpu = 0, call_cpu = 0, plan_wall = 0, call_wall = 0;
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   line_up();
   for (auto _ : state) {
-    const auto wall0 = std::chrono::steady_clock::now();
+    const auto wall0 = clock::now();
     const double t0 = thread_cpu_seconds();
     ++opt.step;
     const reco::torch::planned_step plan = reco::torch::build_step_plan(group, preset, mbs, {}, opt);
+    sync();
     const double t1 = thread_cpu_seconds();
+    const auto wall1 = clock::now();
     logp.mutable_grad() = at::Tensor();
     reco::torch::policy_output out = reco::torch::policy_loss(preset, in, {}, plan, 0);
     out.loss.backward();
     benchmark::DoNotOptimize(logp.grad().data_ptr());
+    sync();
     const double t2 = thread_cpu_seconds();
+    const auto wall2 = clock::now();
     plan_cpu += t1 - t0;
     call_cpu += t2 - t1;
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
+    plan_wall += seconds(wall0, wall1);
+    call_wall += seconds(wall1, wall2);
+    state.SetIterationTime(seconds(wall0, wall2));
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["plan_cpu_ms"] = 1e3 * plan_cpu / n;
   state.counters["call_cpu_ms"] = 1e3 * call_cpu / n;
   state.counters["plan_over_call_pct"] = 100.0 * plan_cpu / call_cpu;
+  // Wall time (on a GPU the call's time is the device's, which CPU time does not see).
+  state.counters["plan_over_call_wall_pct"] = 100.0 * plan_wall / call_wall;
 }
 
 // One all-reduce of n doubles over the group, alone: what a collective costs by itself on this
 // machine (the sizes of the plan's payloads: a few counts, per-response fields, a histogram).
 void BM_allreduce(benchmark::State& state) {
   const int64_t n = state.range(0);
-  at::Tensor t = at::zeros({n}, at::kDouble);
+  at::Tensor t = at::zeros({n}, at::TensorOptions().dtype(at::kDouble).device(device));
   line_up();
   for (auto _ : state) {
     std::vector<at::Tensor> ts{t};
     group->allreduce(ts)->wait();
     benchmark::DoNotOptimize(t.data_ptr());
+    sync();
   }
   state.counters["doubles"] = static_cast<double>(n);
 }
@@ -252,13 +286,24 @@ int run_rank(int argc, char** argv, const std::string& store) {
   at::set_num_threads(env ? std::max(1, std::atoi(env)) : 1);
   {
     auto s = c10::make_intrusive<c10d::FileStore>(store, world);
+#ifdef RECO_BENCH_STEP_PLAN_NCCL
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(s, rank, world, c10d::ProcessGroupNCCL::Options::create());
+    group = c10::make_intrusive<c10d::ProcessGroup>(s, rank, world);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+#else
     auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(s, rank, world, opts);
+#endif
   }
   register_all();
   if (rank == 0) {
+#ifdef RECO_BENCH_STEP_PLAN_NCCL
+    benchmark::AddCustomContext("ranks", "1 process, ProcessGroupNCCL, CUDA tensors");
+#else
     benchmark::AddCustomContext("ranks", "2 processes, ProcessGroupGloo on 127.0.0.1");
+#endif
     benchmark::AddCustomContext("threads per rank (LibTorch and OpenMP)", std::to_string(at::get_num_threads()));
     benchmark::AddCustomContext("libtorch", TORCH_VERSION);
     benchmark::Initialize(&argc, argv);
@@ -296,7 +341,8 @@ int main(int argc, char** argv) {
   }
   const std::string store = std::string(dir) + "/store";
   std::fflush(stdout);
-  const pid_t child = fork();  // before LibTorch starts any thread
+  // One rank (NCCL): no second process.
+  const pid_t child = world > 1 ? fork() : 1;  // before LibTorch starts any thread
   if (child < 0) {
     std::perror("fork");
     return 1;
@@ -317,7 +363,7 @@ int main(int argc, char** argv) {
     _exit(code);
   }
   int status = 0;
-  waitpid(child, &status, 0);
+  if (world > 1) waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::fprintf(stderr, "rank 1 failed (status %d)\n", status);
     code = code ? code : 1;

@@ -224,20 +224,22 @@ class objective {
 
   // A call of a split step (reco/step_plan.hpp): this part's share of the step's loss and
   // gradient under the step's plan. The parts' results add up to one call on the whole step.
+  // Host-accessible backends (reco::cpu) and reco::cuda_fused take it; on the device the plan's
+  // slice is copied with the call, and data errors come back in the result's status.
   template <class Backend, class T>
   const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
                               workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
-    static_assert(Backend::host_accessible,
-                  "reco::objective: calls with a step plan run on a host-accessible backend (reco::cpu)");
+    static_assert(detail::takes_step_plans_v<Backend>,
+                  "reco::objective: calls with a step plan run on reco::cpu or reco::cuda_fused");
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "reco::objective: per-token values must be float or double");
     validate();
     const objective_needs n = needs();
     detail::validate_batch(batch, grads, normalisers{}, n.rewards, n.advantages, n.ref_logp, n.entropy,
                            n.response_weights, n.entropy_gradient);
-    detail::validate_offsets_host(batch);
-    detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), true);
-    detail::validate_token_advantages(batch, true);
+    if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
+    detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
+    detail::validate_token_advantages(batch, Backend::host_accessible);
     detail::require(detail::plan_fingerprint(*this, part.step, sizeof(T)) == plan.fingerprint(), "plan",
                     "was built for another step, objective or value type than this call");
     const detail::plan_call pc = plan.call_for(part.first_response, batch.layout.responses);
@@ -248,7 +250,9 @@ class objective {
   objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
                               workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
     const objective_result* r = run(backend, batch, grads, ws, plan, part);
-    objective_result out = *r;
+    objective_result out;
+    backend.copy_to_host(&out, r, 1);
+    backend.synchronize();
     throw_if_error(out.status);
     return out;
   }

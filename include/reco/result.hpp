@@ -65,6 +65,9 @@ enum input_error : std::uint32_t {
   bad_normaliser_kept_tokens = 1u << 13,
   bad_normaliser_kept_responses = 1u << 14,
   weight_overflow = 1u << 15,
+  // A call of a split step (reco/step_plan.hpp) on data other than the plan was built from.
+  plan_length_mismatch = 1u << 16,
+  plan_kept_mismatch = 1u << 17,
 };
 
 namespace detail {
@@ -100,6 +103,12 @@ inline constexpr status_entry status_table[] = {
     {weight_overflow, "batch.old_logp",
      "an expected-count weight exp(-log G - mean old_logp) exceeds the double range (mean old_logp "
      "below about -709); turn the weight cap or a weight normalisation on"},
+    {plan_length_mismatch, "plan",
+     "does not match this call's data: a response's valid-token count differs from the one the plan "
+     "counted (a plan from another step or part?)"},
+    {plan_kept_mismatch, "plan",
+     "keeps another number of tokens of a response than this call's entropies do: the entropies differ "
+     "from those the plan was built with"},
 };
 }  // namespace detail
 

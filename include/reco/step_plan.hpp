@@ -46,7 +46,8 @@
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
 // so that the average of the ranks' gradients is the step's gradient.
 //
-// Plans are host objects and planned calls run on host-accessible backends (reco::cpu).
+// Plans are host objects. Planned calls run on host-accessible backends (reco::cpu) and on
+// reco::cuda_fused, which copies the call's slice of the plan to the device with the call.
 #pragma once
 
 #include <algorithm>
@@ -190,18 +191,28 @@ inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
 // Parameters are hashed field by field: hashing a struct's bytes would read its padding (and the
 // indeterminate byte of an empty struct), which copies need not preserve. A parameter struct is an
 // aggregate of scalars (and of aggregates of scalars); its fields are counted by trying brace
-// initialisers and read with a structured binding.
+// initialisers of 1, 2, ... placeholders and read with a structured binding. (Each placeholder has
+// its own type: nvcc 13.0's device front end crashes on the variadic form that appends one shared
+// placeholder type, once two parameter types are counted in a translation unit.)
+template <std::size_t>
 struct any_field {
   template <class T>
   operator T() const;
 };
-template <class P, class... A>
-constexpr std::size_t field_count(long) {
-  return sizeof...(A);
+template <class P, std::size_t... I>
+constexpr auto brace_initialisable(std::index_sequence<I...>, int) -> decltype(P{any_field<I>{}...}, true) {
+  return true;
 }
-template <class P, class... A>
-constexpr auto field_count(int) -> decltype(P{A{}..., any_field{}}, std::size_t{}) {
-  return field_count<P, A..., any_field>(0);
+template <class P, std::size_t... I>
+constexpr bool brace_initialisable(std::index_sequence<I...>, long) {
+  return false;
+}
+template <class P, std::size_t N = 0>
+constexpr std::size_t field_count() {
+  if constexpr (N > 12 || !brace_initialisable<P>(std::make_index_sequence<N + 1>{}, 0))
+    return N;
+  else
+    return field_count<P, N + 1>();
 }
 
 template <class P>
@@ -218,7 +229,7 @@ std::uint64_t hash_value(std::uint64_t h, const P& p) {
   if constexpr (std::is_scalar_v<P>) {
     return fnv(h, &p, sizeof(P));
   } else if constexpr (std::is_aggregate_v<P>) {
-    constexpr std::size_t n = field_count<P>(0);
+    constexpr std::size_t n = field_count<P>();
     static_assert(n <= 12, "reco::step_plan: parameter structs of more than 12 fields are not hashed");
     if constexpr (n == 0) {
       return h;

@@ -235,7 +235,9 @@ def plan_summary(preset: str, part: Sequence[int], scale: float, summaries: Sequ
                  **inputs: Optional[Tensor]) -> Tensor:
     """This micro-batch's summary of the step plan's next stage (stage 0 when ``summaries`` is
     empty), or an empty tensor once the plan is complete. Sum it over the step's micro-batches
-    and ranks (``torch.distributed.all_reduce``) and append the sum to ``summaries``.
+    and ranks (``torch.distributed.all_reduce``) and append the sum to ``summaries``. The summary
+    is a float64 tensor on ``logp``'s device (CUDA tensors: NCCL sums it there; the plan's passes
+    read host copies of the inputs).
     ``part`` = [step id, responses of the step, first response of this micro-batch, its first
     group]; ``scale`` = the world size under DDP averaging (1 for a plain sum); ``inputs`` are the
     tensor keywords of ``policy_loss``."""

@@ -16,6 +16,7 @@
 
 #include "core/compare.hpp"
 #include "core/random_batch.hpp"
+#include "core/step_split.hpp"
 #include "reco/advantage/batch_std.hpp"
 #include "reco/advantage/gpg.hpp"
 #include "reco/advantage/opo.hpp"
@@ -37,46 +38,7 @@ namespace {
 using reco::index_t;
 using reco_test::master_batch;
 using reco_test::typed_batch;
-
-// Responses [a, b) of m as a batch of their own, and where they sit in the step.
-master_batch slice(const master_batch& m, index_t a, index_t b, index_t& first_group) {
-  master_batch s;
-  s.padded = m.padded;
-  s.T = m.T;
-  s.R = b - a;
-  const index_t t0 = a < b ? m.begin(a) : 0, t1 = a < b ? m.end(b - 1) : 0;
-  s.N = t1 - t0;
-  auto tok = [&](const std::vector<double>& v) {
-    return v.empty() ? v : std::vector<double>(v.begin() + t0, v.begin() + t1);
-  };
-  auto resp = [&](const std::vector<double>& v) {
-    return v.empty() ? v : std::vector<double>(v.begin() + a, v.begin() + b);
-  };
-  s.logp = tok(m.logp);
-  s.old_logp = tok(m.old_logp);
-  s.ref_logp = tok(m.ref_logp);
-  s.entropy = tok(m.entropy);
-  s.token_weights = tok(m.token_weights);
-  s.token_advantages = tok(m.token_advantages);
-  s.mask.assign(m.mask.begin() + t0, m.mask.begin() + t1);
-  s.rewards = resp(m.rewards);
-  s.advantages = resp(m.advantages);
-  s.response_weights = resp(m.response_weights);
-  s.lengths.assign(m.lengths.begin() + a, m.lengths.begin() + b);
-  if (!m.padded) {
-    s.offsets.push_back(0);
-    for (index_t i = a; i < b; ++i) s.offsets.push_back(m.offsets[i + 1] - t0);
-  }
-  s.group_offsets.push_back(0);
-  first_group = 0;
-  const index_t P = static_cast<index_t>(m.group_offsets.size()) - 1;
-  for (index_t g = 0; g < P; ++g)
-    if (m.group_offsets[g] <= a && a < m.group_offsets[g + 1]) first_group = g;
-  for (index_t g = 1; g < P; ++g)
-    if (m.group_offsets[g] > a && m.group_offsets[g] < b) s.group_offsets.push_back(m.group_offsets[g] - a);
-  if (b > a) s.group_offsets.push_back(b - a);
-  return s;
-}
+using reco_test::slice;
 
 struct split_output {
   double loss = 0, policy = 0, kl = 0, entropy = 0;
@@ -88,21 +50,11 @@ struct split_output {
 template <class T, class Obj>
 split_output run_split(const Obj& obj, const master_batch& m, const std::vector<index_t>& cuts,
                        std::uint64_t step_id = 7, double scale = 1.0, const std::vector<T>* rollout = nullptr) {
-  std::vector<index_t> bounds{0};
-  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
-  bounds.push_back(m.R);
-  reco::step_info step{step_id, m.R, scale, 0};
-  std::vector<master_batch> subs;
-  std::vector<reco::step_part> parts;
-  for (std::size_t p = 0; p + 1 < bounds.size(); ++p) {
-    index_t fg = 0;
-    subs.push_back(slice(m, bounds[p], bounds[p + 1], fg));
-    parts.push_back(reco::step_part{step, bounds[p], fg});
-  }
-  std::vector<typed_batch<T>> typed;
-  for (const auto& s : subs) typed.emplace_back(s);
-  std::vector<reco::batch_view<T>> views;
-  for (const auto& t : typed) views.push_back(t.view());
+  reco_test::split_step<T> sp(m, cuts, reco::step_info{step_id, m.R, scale, 0});
+  const std::vector<index_t>& bounds = sp.bounds;
+  const std::vector<master_batch>& subs = sp.subs;
+  const std::vector<reco::step_part>& parts = sp.parts;
+  std::vector<reco::batch_view<T>>& views = sp.views;
   if (rollout != nullptr)  // each part's slice of the rollout log-probs
     for (std::size_t p = 0; p < parts.size(); ++p) {
       const index_t t0 = bounds[p] < bounds[p + 1] ? m.begin(bounds[p]) : 0;
@@ -110,7 +62,7 @@ split_output run_split(const Obj& obj, const master_batch& m, const std::vector<
     }
 
   split_output out;
-  out.plan = reco::plan_step(obj, step, views, parts);
+  out.plan = reco::plan_step(obj, sp.step, views, parts);
   out.grad_logp.assign(m.logp.size(), 0.0);
   if (Obj::has_entropy_gradient) out.grad_entropy.assign(m.logp.size(), 0.0);
   reco::workspace<reco::cpu> ws;

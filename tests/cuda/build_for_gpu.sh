@@ -35,7 +35,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}
 TARGETS=(reco_cuda_tests reco_cuda_fast_tests reco_logits_cuda_tests reco_cuda_c reco_example_cuda_train_step
          reco_bench_objective_cuda bench_logits_cuda reco_torch_cuda_tests reco_torch_tests reco_torch_ops
          reco_bench_objective_torch_cuda reco_ablation)
-cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" -- -k 0  # every failure, not the first
 mkdir -p "$BIN"
 for f in tests/cuda/reco_cuda_tests tests/cuda_fast/reco_cuda_fast_tests tests/logits/reco_logits_cuda_tests \
          adapters/cuda/libreco_cuda.so examples/cuda/reco_example_cuda_train_step \

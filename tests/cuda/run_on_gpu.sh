@@ -11,6 +11,7 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the CUDA tests
 #   bench     the objective and logits benchmarks, the LibTorch CUDA eager baseline, Liger
 #   ncu       Nsight Compute on the fused token kernel and on the logits kernels
+#   plan      the step plan against its call: CUDA tensors over NCCL, 2 Gloo ranks on the CPU cores
 #   examples  examples/cuda/train_step and the ablation smoke run on --device cuda
 #   study     the ablation study on --device cuda (STUDY_ARGS, STUDY_LIMIT)
 #
@@ -75,6 +76,11 @@ for stage in "${STAGES[@]}"; do
       step torch_cuda_ops_py 600 "$PY" "$ROOT/tests/torch/test_cuda_ops.py" "$BIN/libreco_torch_ops.so"
       step torch_ops_py 600 "$PY" "$ROOT/tests/torch/test_ops.py" "$BIN/libreco_torch_ops.so"
       step torch_given_ops_py 600 "$PY" "$ROOT/tests/torch/test_given_ops.py" "$BIN/libreco_torch_ops.so"
+      # Split steps on CUDA tensors from torch.distributed: NCCL (one rank: one GPU), Gloo (2 ranks).
+      step torch_plan_ops_nccl 300 "$PY" "$ROOT/tests/torch/test_plan_ops.py" "$BIN/libreco_torch_ops.so" \
+        --device cuda --backend nccl --world 1
+      step torch_plan_ops_cuda_gloo 300 "$PY" "$ROOT/tests/torch/test_plan_ops.py" "$BIN/libreco_torch_ops.so" \
+        --device cuda --backend gloo --world 2
     fi
     ;;
   sanitize)
@@ -120,6 +126,19 @@ for stage in "${STAGES[@]}"; do
     for rep in "$OUT"/ncu_*.ncu-rep; do
       [[ -f $rep ]] && ncu -i "$rep" --page details > "${rep%.ncu-rep}.txt" 2>&1 && rm -f "$rep"
     done
+    ;;
+  plan)
+    # Split steps: the plan against the call it serves. On CUDA tensors over NCCL (one rank), and the
+    # CPU benchmark's 2 Gloo ranks on this machine's cores (a core per busy thread), with the
+    # multi-process CPU test matrix against this machine's LibTorch.
+    PA=(--benchmark_out_format=json --benchmark_counters_tabular=true)
+    have reco_bench_torch_step_plan_cuda && step bench_step_plan_nccl "${PLAN_LIMIT:-240}" \
+      "$BIN/reco_bench_torch_step_plan_cuda" "${PA[@]}" --benchmark_filter="${PLAN_FILTER:-.}" \
+      --benchmark_out="$OUT/step_plan_nccl.json"
+    have reco_bench_torch_step_plan && step bench_step_plan_gloo "${PLAN_LIMIT:-240}" \
+      "$BIN/reco_bench_torch_step_plan" "${PA[@]}" --benchmark_filter="${GLOO_PLAN_FILTER:-rule_80_20|allreduce}" \
+      --benchmark_repetitions="${PLAN_REPS:-3}" --benchmark_out="$OUT/step_plan_gloo.json"
+    have reco_torch_dist_tests && step reco_torch_dist_tests 300 "$BIN/reco_torch_dist_tests" --gtest_color=no
     ;;
   study)
     # The ablation study on the GPU (examples/ablation; STUDY_ARGS e.g. --full), within STUDY_LIMIT s.

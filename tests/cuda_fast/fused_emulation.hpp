@@ -45,9 +45,12 @@ struct emulation_result {
   fused::plan plan;
 };
 
+// `step_plan`: a call of a split step (the plan's slice, host memory), as
+// objective_algorithm<cuda_fused>::run takes it from objective::run with a step plan.
 template <class Obj, class T>
 emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco::gradients<T> grads,
-                         const reco::normalisers& norm = {}, const emulation_options& opt = {}) {
+                         const reco::normalisers& norm = {}, const emulation_options& opt = {},
+                         const reco::detail::plan_call* step_plan = nullptr) {
   using namespace reco::detail;
   // What objective::run checks before the algorithm (not the host offsets check: the device
   // path must find malformed offsets itself).
@@ -61,7 +64,8 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
 
   emulation_result out;
   const fused::shape sh{R, N, P};
-  const fused::plan p = fused::make_plan(sh, fused::stages_of(obj), opt.device,
+  const fused::stages st = step_plan ? planned_stages(fused::stages_of(obj)) : fused::stages_of(obj);
+  const fused::plan p = fused::make_plan(sh, st, opt.device,
                                          fused::token_pointers_of<Obj>(batch, grads), opt.vector_loads,
                                          opt.max_blocks);
   out.plan = p;
@@ -72,7 +76,11 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   fused::scratch sc;
   carver cut(buffer.get());
   sc.carve(cut, sh, p);
-  const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1);
+  const reco::cpu be{};
+  plan_call on_device;
+  if (step_plan) on_device = sc.plan_slice.fill(be, *step_plan, R);
+  const plan_call* planned = step_plan ? &on_device : nullptr;
+  const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1, planned);
 
   // Kernel A: blocks over groups, responses of a group, then the last block.
   const auto& ra = args.response;
@@ -94,8 +102,12 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
         }
         fused::finish_response(ra, j, sp);
       }
-      group_fn<Obj, T>{obj, b, sc.r, sc.group_status, sc.group_zero_std}(g);
-      gp = group_partial::merge(gp, group_partial_fn{sc.group_status, sc.group_zero_std}(g));
+      if (ra.planned) {
+        for (index_t j = lo; j < hi; ++j) fused::planned_response(ra, j);
+      } else {
+        group_fn<Obj, T>{obj, b, sc.r, sc.group_status, sc.group_zero_std}(g);
+        gp = group_partial::merge(gp, group_partial_fn{sc.group_status, sc.group_zero_std}(g));
+      }
       if constexpr (Obj::ratio_type::scope == reco::ratio_scope::sequence) {
         if (ra.sequence_here)
           for (index_t j = lo; j < hi; ++j) {
@@ -144,8 +156,7 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   }
 
   // The sort-based pieces: the generic passes, here on the CPU backend.
-  const reco::cpu be{};
-  fused::run_sorted_stages(be, obj, batch, sc, p, norm);
+  fused::run_sorted_stages(be, obj, batch, sc, p, norm, planned);
   objective_scalars* s = sc.scalars;
 
   // Kernel B: blocks over tiles, threads over their token_items tokens, views per thread.

@@ -22,6 +22,7 @@
 #include <thrust/system/cuda/execution_policy.h>
 
 #include "core/random_batch.hpp"
+#include "core/step_split.hpp"
 #include "reco/backend/cuda.cuh"
 #include "reco/fused/objective.cuh"
 #include "reco/cuda_adapter/adapter.hpp"
@@ -269,6 +270,71 @@ TEST(CudaFused, ComponentsWithTheirOwnDeviceStages) {
   ps::reco bm;
   bm.weight.params.normalise = reco::weight_normalisation::batch_mean;
   check_objective(bm, "reco + batch-mean weights", 2);
+}
+
+// Calls of a split step on the device: a step cut into uneven parts (one empty) and planned on
+// the CPU; each part's fused call with the plan (its slice copied to the device) equals the CPU
+// backend's planned call of that part, and the parts add up to one call on the whole step.
+template <class Obj, class T>
+void check_planned(const Obj& obj, const master_batch& m, double scale, const std::string& label) {
+  SCOPED_TRACE(label);
+  const index_t R = m.R;
+  reco_test::split_step<T> sp(m, {R / 3, R / 3, (2 * R) / 3 + 1 > R ? R : (2 * R) / 3 + 1},
+                              reco::step_info{5, R, scale, 0});
+  const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
+  const bool eg = Obj::has_entropy_gradient;
+  stream_guard stream;
+  reco::workspace<reco::cpu> ws_cpu;
+  reco::workspace<reco::cuda_fused> ws_fus;
+  double loss = 0;
+  for (std::size_t p = 0; p < sp.parts.size(); ++p) {
+    const std::string part = label + " part " + std::to_string(p);
+    const auto N = static_cast<index_t>(sp.subs[p].logp.size());
+    std::vector<T> g_cpu(N), gh_cpu(N);
+    const auto r_cpu = obj(reco::cpu{}, sp.views[p],
+                           reco::gradients<T>{g_cpu, eg ? reco::span<T>(gh_cpu) : reco::span<T>()}, ws_cpu, plan,
+                           sp.parts[p]);
+    device_batch<T> d(sp.typed[p]);
+    device_array<T> g_fus(N), gh_fus(N);
+    const auto r_fus = obj(reco::cuda_fused(stream.s), d.v,
+                           reco::gradients<T>{g_fus.span(), eg ? gh_fus.span() : reco::span<T>()}, ws_fus, plan,
+                           sp.parts[p]);
+    expect_same(r_fus, r_cpu, part + " fused vs CPU");
+    expect_same_gradients(g_fus.to_host(), g_cpu, part + " grad");
+    if (eg) expect_same_gradients(gh_fus.to_host(), gh_cpu, part + " entropy grad");
+    loss += r_fus.loss;
+  }
+  // The whole step in one unplanned call on the device.
+  typed_batch<T> h(m);
+  device_batch<T> d(h);
+  device_array<T> g(static_cast<index_t>(m.logp.size())), gh(static_cast<index_t>(m.logp.size()));
+  const auto whole = obj(reco::cuda_fused(stream.s), d.v, reco::gradients<T>{g.span(), eg ? gh.span() : reco::span<T>()},
+                         ws_fus);
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-11;
+  EXPECT_TRUE(close(loss, scale * whole.loss, tol, label + " parts' loss vs the whole step's"));
+}
+
+TEST(CudaFused, PlannedPartsMatchCpuAndTheWholeStep) {
+  REQUIRE_DEVICE();
+  const auto specs = reco_test::standard_specs();
+  auto each = [&](const auto& obj, const std::string& name) {
+    for (std::size_t k = 0; k < specs.size(); k += 6) {
+      master_batch m = make_batch(9300 + k, specs[k]);
+      check_planned<std::decay_t<decltype(obj)>, double>(obj, m, 1.0, name + " double, batch " + std::to_string(k));
+      reco_test::round_to<float>(m);
+      check_planned<std::decay_t<decltype(obj)>, float>(obj, m, 2.0, name + " float, batch " + std::to_string(k));
+    }
+  };
+  each(ps::grpo{}, "grpo");
+  each(ps::dr_grpo{}, "dr_grpo");
+  each(ps::reco{}, "reco");
+  each(ps::gspo{}, "gspo");
+  each(ps::dapo_reco{}, "dapo_reco");
+  each(ps::rule_80_20{}, "rule_80_20");
+  each(ps::rule_80_20_reco{}, "rule_80_20_reco");
+  each(reco::objective<reco::reinforce_pp_advantage, reco::gmpo_ratio, reco::no_clip, reco::caller_weight,
+                       reco::seq_mean_token_mean>{},
+       "reinforce_pp + gmpo");
 }
 
 TEST(CudaFused, MoreThan65535ResponsesAndGroups) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/random_batch.hpp"
+#include "core/step_split.hpp"
 #include "cuda_fast/fused_emulation.hpp"
 #include "reco/fused/layout.hpp"
 #include "reco/fused/launch_plan.hpp"
@@ -421,6 +422,134 @@ TEST(FusedEmulation, ComponentsWithTheirOwnStages) {
   check_objective(reco::objective<reco::pass_at_k_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
                                   reco::token_mean>{},
                   "pass@k", 3);
+}
+
+// ---- calls of a split step (reco/step_plan.hpp) -------------------------------------------------
+
+// A step cut into uneven parts (one of them empty) and planned on the CPU: each part's fused call
+// with the plan equals the generic path's planned call of the same part.
+template <class Obj, class T>
+void compare_planned(const Obj& obj, const master_batch& m, const std::vector<index_t>& cuts, double scale,
+                     const fused_test::emulation_options& opt, const std::string& label) {
+  SCOPED_TRACE(label);
+  reco_test::split_step<T> sp(m, cuts, reco::step_info{41, m.R, scale, 0});
+  const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
+  const bool eg = Obj::has_entropy_gradient;
+  reco::workspace<reco::cpu> ws;
+  for (std::size_t p = 0; p < sp.parts.size(); ++p) {
+    SCOPED_TRACE("part " + std::to_string(p));
+    const auto n = sp.subs[p].logp.size();
+    std::vector<T> g_gen(n, T(-3)), gh_gen(n, T(-3)), g_fus(n, T(-5)), gh_fus(n, T(-5));
+    const reco::objective_result generic =
+        obj(reco::cpu{}, sp.views[p], reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws,
+            plan, sp.parts[p]);
+    const reco::detail::plan_call call = plan.call_for(sp.parts[p].first_response, sp.views[p].layout.responses);
+    const auto fusedr = fused_test::emulate(
+        obj, sp.views[p], reco::gradients<T>{g_fus, eg ? reco::span<T>(gh_fus) : reco::span<T>()}, {}, opt, &call);
+    EXPECT_EQ(fusedr.plan.finalize_grid, 0) << "a planned call runs no batch stage";
+    expect_same_result(fusedr.result, generic);
+    for (std::size_t t = 0; t < n; ++t) {
+      ASSERT_TRUE(same_gradient(g_fus[t], g_gen[t])) << "token " << t;
+      if (eg) {
+        ASSERT_TRUE(same_gradient(gh_fus[t], gh_gen[t])) << "entropy gradient, token " << t;
+      }
+    }
+  }
+}
+
+template <class Obj>
+void check_planned(const Obj& obj, const std::string& name) {
+  const auto specs = reco_test::standard_specs();
+  const auto options = option_sets();
+  for (std::size_t k = 0; k < specs.size(); k += 4) {
+    master_batch m = make_batch(9100 + k, specs[k]);
+    // Uneven parts, one empty, a group split across parts where the step has several.
+    const index_t R = m.R;
+    const std::vector<index_t> cuts{R / 3, R / 3, (2 * R) / 3 + 1 > R ? R : (2 * R) / 3 + 1};
+    const auto& opt = options[k % options.size()];
+    compare_planned<Obj, double>(obj, m, cuts, 1.0, opt, name + " double, batch " + std::to_string(k));
+    reco_test::round_to<float>(m);
+    compare_planned<Obj, float>(obj, m, cuts, 4.0, opt, name + " float, scale 4, batch " + std::to_string(k));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(FusedEmulation, PlannedPartsMatchTheGenericPlannedCalls) {
+  namespace ps = reco::presets;
+  check_planned(ps::grpo{}, "grpo");
+  check_planned(ps::dr_grpo{}, "dr_grpo");
+  check_planned(ps::dapo{}, "dapo");
+  check_planned(ps::gspo{}, "gspo");
+  check_planned(ps::cispo{}, "cispo");
+  check_planned(ps::aspo{}, "aspo");
+  check_planned(ps::reco{}, "reco");
+  check_planned(ps::reco_no_cap{}, "reco_no_cap");
+  check_planned(ps::reco_response_only{}, "reco_response_only");
+  check_planned(ps::reco_token_only{}, "reco_token_only");
+  check_planned(ps::dapo_reco{}, "dapo_reco");
+  check_planned(ps::rule_80_20{}, "rule_80_20");
+  check_planned(ps::rule_80_20_reco{}, "rule_80_20_reco");
+  check_planned(ps::trl_bnpo{}, "trl_bnpo");
+  check_planned(ps::trl_luspo{}, "trl_luspo");
+  check_planned(ps::trl_vespo{}, "trl_vespo");
+  // Batch-stage advantages with GMPO: its sequence pass waits for them unplanned (kernel F), and
+  // runs in kernel A once the plan gives the final advantages.
+  check_planned(reco::objective<reco::reinforce_pp_advantage, reco::gmpo_ratio, reco::no_clip, reco::caller_weight,
+                                reco::seq_mean_token_mean>{},
+                "reinforce_pp + gmpo + caller weights");
+  {
+    reco::objective<reco::gpg_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                    reco::seq_mean_token_mean, reco::top_entropy_selection>
+        o;
+    o.select.params.rule = reco::selection_rule::quantile;
+    o.select.params.denominator = reco::selection_denominator::kept;
+    check_planned(o, "gpg + quantile selection, kept denominator");
+  }
+  {
+    reco::presets::reco o;
+    o.weight.params.normalise = reco::weight_normalisation::batch_mean;
+    check_planned(o, "reco, batch-mean weights");
+  }
+}
+
+// A plan applied to other data: the fused path reports it in the status word, naming `plan`, where
+// the generic path throws.
+TEST(FusedEmulation, PlannedCallOnOtherDataIsFlagged) {
+  batch_spec spec;
+  spec.groups = 6;
+  spec.max_length = 12;
+  master_batch m = make_batch(77, spec);
+  const reco::presets::rule_80_20 obj;
+  reco_test::split_step<double> sp(m, {m.R / 2}, reco::step_info{3, m.R, 1.0, 0});
+  const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
+  const reco::detail::plan_call call = plan.call_for(0, sp.views[0].layout.responses);
+  const auto n = sp.subs[0].logp.size();
+  std::vector<double> g(n);
+  // Another mask: a valid-token count differs.
+  {
+    std::vector<std::uint8_t> mask = sp.typed[0].mask;
+    std::size_t t = 0;
+    while (t < n && mask[t] == 0) ++t;
+    ASSERT_LT(t, n);
+    mask[t] = 0;
+    reco::batch_view<double> v = sp.views[0];
+    v.mask = mask;
+    const auto r = fused_test::emulate(obj, v, reco::gradients<double>{g, {}}, {}, {}, &call);
+    EXPECT_TRUE(r.result.status & reco::plan_length_mismatch);
+    EXPECT_EQ(reco::describe_status(r.result.status).rfind("plan:", 0), 0u) << reco::describe_status(r.result.status);
+  }
+  // Other entropies: the step's cut keeps other tokens.
+  {
+    std::vector<double> entropy = sp.typed[0].entropy;
+    for (double& h : entropy) h = -h;
+    reco::batch_view<double> v = sp.views[0];
+    v.entropy = entropy;
+    const auto r = fused_test::emulate(obj, v, reco::gradients<double>{g, {}}, {}, {}, &call);
+    EXPECT_TRUE(r.result.status & reco::plan_kept_mismatch);
+  }
+  // The same data: no error.
+  const auto r = fused_test::emulate(obj, sp.views[0], reco::gradients<double>{g, {}}, {}, {}, &call);
+  EXPECT_EQ(r.result.status, 0u) << reco::describe_status(r.result.status);
 }
 
 TEST(FusedEmulation, GlobalNormalisersAndOnPolicy) {

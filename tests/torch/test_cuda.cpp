@@ -3,9 +3,12 @@
 // (bf16) and beyond 65,535 rows. Skipped unless reco_torch has CUDA and a device is present.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "reco/torch/policy_loss.hpp"
+#include "reco/torch/step_plan.hpp"
 #include "reco/torch/token_logp_entropy.hpp"
 #include "torch/test_batches.hpp"
 
@@ -107,6 +110,85 @@ TEST(Cuda, DeviceMixIsAnError) {
     FAIL() << "expected reco::error";
   } catch (const reco::error& e) {
     EXPECT_EQ(e.argument(), "rewards");
+  }
+}
+
+// Responses [a, b) of a packed step as a micro-batch of its own; groups from prompt ids, so that a
+// prompt's responses may continue in the next micro-batch.
+reco::torch::policy_inputs responses(const torch_test::batch& b, const reco::torch::policy_inputs& in, int64_t a,
+                                     int64_t e) {
+  const int64_t t0 = b.offsets[static_cast<size_t>(a)], t1 = b.offsets[static_cast<size_t>(e)];
+  reco::torch::policy_inputs m;
+  m.logp = in.logp.detach().slice(0, t0, t1).clone().requires_grad_(true);
+  m.old_logp = in.old_logp.slice(0, t0, t1);
+  m.ref_logp = in.ref_logp.slice(0, t0, t1);
+  m.entropy = in.entropy.slice(0, t0, t1);
+  m.mask = in.mask.slice(0, t0, t1);
+  m.offsets = in.offsets.slice(0, a, e + 1) - t0;
+  m.rewards = in.rewards.slice(0, a, e);
+  m.prompt_ids = at::tensor(b.prompt_ids, at::kLong).to(in.logp.device()).slice(0, a, e);
+  return m;
+}
+
+// Gradient accumulation on CUDA tensors: a step in three uneven micro-batches (one empty, a group
+// across two), its plan made on the host from the device tensors (build_step_plan, no process
+// group), each micro-batch's call on the device. The calls add up to one call on the whole step,
+// and equal the same planned calls on CPU tensors.
+TEST(Cuda, PlannedMicroBatchesAddUpToTheWholeStep) {
+  REQUIRE_CUDA();
+  const torch_test::batch b = torch_test::make_batch(21, true);
+  const int64_t R = b.R;
+  const std::vector<int64_t> bounds{0, R / 3, R / 3, R / 3 + R / 2, R};
+  int step = 0;
+  for (const std::string& name : reco::torch::preset_names()) {
+    if (name == "clip_cov" || name == "kl_cov") continue;  // one call only, CPU only
+    for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
+      SCOPED_TRACE(name + " " + c10::toString(dt));
+      const reco::torch::policy_inputs whole_cpu = torch_test::inputs(b, dt);
+      reco::torch::policy_inputs whole = to_cuda(whole_cpu);
+      whole.group_offsets = at::Tensor();
+      whole.prompt_ids = at::tensor(b.prompt_ids, at::kLong).to(at::kCUDA);
+      auto ow = reco::torch::policy_loss(name, whole);
+      ow.loss.backward();
+      std::vector<reco::torch::policy_inputs> gpu, cpu;
+      for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+        gpu.push_back(responses(b, whole, bounds[p], bounds[p + 1]));
+        cpu.push_back(responses(b, whole_cpu, bounds[p], bounds[p + 1]));
+      }
+      reco::torch::step_options opt;
+      opt.step = static_cast<std::uint64_t>(++step);
+      const auto plan_gpu = reco::torch::build_step_plan(nullptr, name, gpu, {}, opt);
+      const auto plan_cpu = reco::torch::build_step_plan(nullptr, name, cpu, {}, opt);
+      double loss = 0;
+      const double tol = dt == at::kDouble ? 1e-12 : 1e-6;
+      for (size_t p = 0; p < gpu.size(); ++p) {
+        auto og = reco::torch::policy_loss(name, gpu[p], {}, plan_gpu, p);
+        auto oc = reco::torch::policy_loss(name, cpu[p], {}, plan_cpu, p);
+        ASSERT_TRUE(og.loss.is_cuda());
+        og.loss.backward();
+        oc.loss.backward();
+        loss += og.loss.item<double>();
+        EXPECT_NEAR(og.loss.item<double>(), oc.loss.item<double>(), tol * (1 + std::fabs(oc.loss.item<double>())));
+        if (gpu[p].logp.numel() == 0) continue;
+        EXPECT_LE(max_abs(gpu[p].logp.grad().cpu(), cpu[p].logp.grad()), tol);
+        const int64_t t0 = b.offsets[static_cast<size_t>(bounds[p])];
+        const at::Tensor wg = whole.logp.grad().slice(0, t0, t0 + gpu[p].logp.numel()).cpu();
+        EXPECT_LE(max_abs(gpu[p].logp.grad().cpu(), wg), tol);
+      }
+      EXPECT_NEAR(loss, ow.loss.item<double>(), tol * (1 + std::fabs(ow.loss.item<double>())));
+    }
+  }
+  // A call of another step's plan on the device is refused naming the plan.
+  reco::torch::policy_inputs in = to_cuda(torch_test::inputs(b, at::kFloat));
+  std::vector<reco::torch::policy_inputs> one{responses(b, in, 0, R)};
+  reco::torch::step_options opt;
+  opt.step = 1000;
+  const auto plan = reco::torch::build_step_plan(nullptr, "grpo", one, {}, opt);
+  try {
+    reco::torch::policy_loss("dapo", one[0], {}, plan, 0);
+    FAIL() << "expected reco::error";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "plan");
   }
 }
 

@@ -3,8 +3,14 @@ torch.distributed (gloo, 2 processes, file rendezvous), micro-batches with a gro
 an 80/20 cut with ties, presets and a composition. The DDP-averaged gradient and the average of the ranks' losses must equal
 one call on the whole step (float64: 1e-12 relative). Also the loop of docs/distributed.md.
 
-Usage: python3 test_plan_ops.py <path to libreco_torch_ops.so>   (ctest passes it)
+On a GPU machine the same steps run on CUDA tensors (the plan made on the host, each call on the
+device): --device cuda with --backend nccl (1 process: NCCL takes one rank per GPU) or gloo (2
+processes on one GPU).
+
+Usage: python3 test_plan_ops.py <path to libreco_torch_ops.so> [--device cuda --backend nccl|gloo --world N]
+(ctest passes the library; CPU and gloo with 2 processes by default)
 """
+import argparse
 import datetime
 import os
 import sys
@@ -14,7 +20,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-LIB = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RECO_TORCH_OPS", "")
+_args = argparse.ArgumentParser()
+_args.add_argument("lib", nargs="?", default=os.environ.get("RECO_TORCH_OPS", ""))
+_args.add_argument("--device", default="cpu")
+_args.add_argument("--backend", default="gloo")
+_args.add_argument("--world", type=int, default=2)
+ARGS = _args.parse_args()
+LIB = ARGS.lib
 
 
 def make_step(seed=5):
@@ -36,15 +48,17 @@ def make_step(seed=5):
                 mask=mask, rewards=rewards)
 
 
-def micro_batch(s, a, b):
+def micro_batch(s, a, b, device="cpu"):
     """Responses [a, b) of the step: tensors, local group offsets, and (first_response, first_group)."""
     t0, t1 = int(s["offsets"][a]), int(s["offsets"][b])
     ids = s["prompt_ids"][a:b]
     bounds = [0] + [i for i in range(1, b - a) if ids[i] != ids[i - 1]] + ([b - a] if b > a else [])
     first_group = int(s["prompt_ids"][a]) if a < s["R"] else 0
-    return dict(logp=s["logp"][t0:t1].clone().requires_grad_(True), old_logp=s["old"][t0:t1], ref_logp=s["ref"][t0:t1],
-                entropy=s["entropy"][t0:t1], mask=s["mask"][t0:t1], offsets=s["offsets"][a:b + 1] - t0,
-                rewards=s["rewards"][a:b], group_offsets=torch.tensor(bounds, dtype=torch.int64),
+    on = lambda t: t.to(device)  # noqa: E731
+    return dict(logp=on(s["logp"][t0:t1]).clone().requires_grad_(True), old_logp=on(s["old"][t0:t1]),
+                ref_logp=on(s["ref"][t0:t1]), entropy=on(s["entropy"][t0:t1]), mask=on(s["mask"][t0:t1]),
+                offsets=on(s["offsets"][a:b + 1] - t0), rewards=on(s["rewards"][a:b]),
+                group_offsets=on(torch.tensor(bounds, dtype=torch.int64)),
                 first_response=a, first_group=first_group, t0=t0)
 
 
@@ -73,27 +87,32 @@ def planned_step(reco, preset, micro_batches, step, R_step):
 # ---- end of the loop ------------------------------------------------------------------------
 
 
-def rank_main(rank, world, path, result_dir):
+def rank_main(rank, world, path, result_dir, device, backend):
     torch.ops.load_library(LIB)
     reco = torch.ops.reco
-    dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=world,
+    if device == "cuda":
+        torch.cuda.set_device(0)  # every rank on the one GPU (gloo); NCCL runs one rank
+    dist.init_process_group(backend, init_method="file://" + path, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     s = make_step()
     cuts = [0, 3, 3, s["R"] // 2 + 1, s["R"] - 2, s["R"]]  # 5 parts: an empty one, groups across parts
     failures = []
     composed = ("advantage=rloo ratio=variance clip=ppo weight=expected_count aggregate=seq_mean_token_sum_norm "
-                "select=top_entropy kl=kl_penalty")  # a composition (docs/composition.md)
-    for step, preset in enumerate(["grpo", "dr_grpo", "reco", "rule_80_20", "rule_80_20_reco", "dapo_reco", composed]):
-        mine = [micro_batch(s, cuts[p], cuts[p + 1]) for p in range(len(cuts) - 1) if p % world == rank]
+                "select=top_entropy kl=kl_penalty")  # a composition (docs/composition.md): CPU tensors only
+    presets = ["grpo", "dr_grpo", "reco", "rule_80_20", "rule_80_20_reco", "dapo_reco", "gspo"]
+    if device == "cpu":
+        presets.append(composed)
+    for step, preset in enumerate(presets):
+        mine = [micro_batch(s, cuts[p], cuts[p + 1], device) for p in range(len(cuts) - 1) if p % world == rank]
         loss = planned_step(reco, preset, mine, step + 1, s["R"])
-        grad = torch.zeros(s["N"] + 1, dtype=torch.float64)
+        grad = torch.zeros(s["N"] + 1, dtype=torch.float64, device=device)
         for mb in mine:
             if mb["logp"].grad is not None:
                 grad[mb["t0"]:mb["t0"] + mb["logp"].numel()] += mb["logp"].grad
         grad[s["N"]] = loss
         dist.all_reduce(grad)
         grad /= world
-        whole = micro_batch(s, 0, s["R"])
+        whole = micro_batch(s, 0, s["R"], device)
         wl, _ = reco.policy_loss(preset, whole["logp"], **{k: whole[k] for k in TENSORS if k != "logp"})
         wl.backward()
         wg = whole["logp"].grad
@@ -102,10 +121,11 @@ def rank_main(rank, world, path, result_dir):
         if not (gerr <= 1e-12 and lerr <= 1e-12):
             failures.append(f"{preset}: gradient {gerr:.3g}, loss {lerr:.3g}")
     # Ranks disagreeing on the preset fail naming the plan.
-    mine = [micro_batch(s, cuts[p], cuts[p + 1]) for p in range(len(cuts) - 1) if p % world == rank]
+    mine = [micro_batch(s, cuts[p], cuts[p + 1], device) for p in range(len(cuts) - 1) if p % world == rank]
     try:
         planned_step(reco, "grpo" if rank == 0 else "dapo", mine, 99, s["R"])
-        failures.append("no error for ranks with different presets")
+        if world > 1:
+            failures.append("no error for ranks with different presets")
     except Exception as e:  # noqa: BLE001 (reco::error arrives as RuntimeError or ValueError)
         if "plan" not in str(e):
             failures.append("unexpected error: " + str(e))
@@ -116,8 +136,9 @@ def rank_main(rank, world, path, result_dir):
 
 def main():
     with tempfile.TemporaryDirectory() as d:
-        world = 2
-        mp.spawn(rank_main, args=(world, os.path.join(d, "store"), d), nprocs=world, join=True)
+        world = ARGS.world
+        mp.spawn(rank_main, args=(world, os.path.join(d, "store"), d, ARGS.device, ARGS.backend), nprocs=world,
+                 join=True)
         bad = []
         for r in range(world):
             with open(os.path.join(d, f"rank{r}.txt")) as f:
@@ -127,7 +148,8 @@ def main():
         if bad:
             print("\n".join(bad))
             sys.exit(1)
-        print("planned steps from Python: all presets match the whole-step call")
+        print(f"planned steps from Python ({ARGS.device}, {ARGS.backend}, {ARGS.world} ranks): all presets match "
+              "the whole-step call")
 
 
 if __name__ == "__main__":

@@ -448,7 +448,6 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     fill(float{}, c.request.batch_f, c.request.grads_f);
   c.request.norm = in.normalisers;
   if (in.plan != nullptr) {
-    if (c.cuda) fail("plan", "calls of a split step run on CPU tensors in this version");
     if (in.micro_batch >= in.plan->parts.size())
       fail("micro_batch", "is " + std::to_string(in.micro_batch) + " but the plan has " +
                               std::to_string(in.plan->parts.size()) + " micro-batches on this rank");

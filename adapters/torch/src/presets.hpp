@@ -43,12 +43,14 @@ std::vector<std::string> preset_keys(const std::string& preset);
 void run_preset_cpu(const std::string& preset, const override_map& overrides, bool given_advantages,
                     const run_request& q, objective_result& out);
 
-// The plan steps of a preset (CPU).
+// The plan steps of a preset's CPU form.
 plan_ops preset_plan_ops(const std::string& preset, const override_map& overrides, bool given_advantages);
 
 // Defined only when reco_torch is built with CUDA (RECO_TORCH_WITH_CUDA).
 void run_preset_cuda(const std::string& preset, const override_map& overrides, bool given_advantages,
                      const run_request& q);
+// The plan steps of the preset's CUDA form (the objective type its CUDA calls run), on host data.
+plan_ops preset_plan_ops_cuda(const std::string& preset, const override_map& overrides, bool given_advantages);
 
 }  // namespace detail
 }  // namespace torch

@@ -24,15 +24,40 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   }
 }
 
-// Element-wise sum over ranks, in place.
+// Element-wise sum over ranks, in place. The collective runs on `device`: the step's tensors' (a
+// CUDA device for NCCL, which takes CUDA tensors only; Gloo takes either).
 void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
-                    int& count) {
+                    int& count, const at::Device& device) {
   if (!group) return;
   at::Tensor t = at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
                                at::TensorOptions().dtype(at::kDouble));
-  std::vector<at::Tensor> ts{t};
+  std::vector<at::Tensor> ts{device.is_cpu() ? t : t.to(device)};
   wait_for(group->allreduce(ts), what);
+  if (!device.is_cpu()) t.copy_(ts[0]);  // after the collective on the current stream (a synchronous copy)
   ++count;
+}
+
+// A micro-batch whose tensors are on a CUDA device, copied to the host for the plan's passes (the
+// plan is made on the host; the calls of the step then run on the device with it).
+policy_inputs on_host(const policy_inputs& in) {
+  policy_inputs h = in;
+  for (at::Tensor* t : {&h.logp, &h.old_logp, &h.ref_logp, &h.entropy, &h.mask, &h.offsets, &h.rewards,
+                        &h.advantages, &h.token_advantages, &h.group_offsets, &h.prompt_ids, &h.token_weights,
+                        &h.response_weights, &h.rollout_logp})
+    if (t->defined()) *t = t->detach().to(at::kCPU);
+  h.plan = nullptr;
+  return h;
+}
+
+// The device of a step's micro-batches (their logp); all must be on one device.
+at::Device device_of(const std::vector<policy_inputs>& micro_batches) {
+  if (micro_batches.empty()) fail("micro_batches", "needs at least one micro-batch (an empty one is fine)");
+  const at::Device d = micro_batches[0].logp.defined() ? micro_batches[0].logp.device() : at::Device(at::kCPU);
+  for (std::size_t j = 1; j < micro_batches.size(); ++j)
+    if (micro_batches[j].logp.defined() && micro_batches[j].logp.device() != d)
+      fail("micro_batches", "are on different devices (" + d.str() + " and " + micro_batches[j].logp.device().str() +
+                                "): a step's micro-batches must share one");
+  return d;
 }
 
 // Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
@@ -65,6 +90,17 @@ bool joined(const part_shape& a, const part_shape& b) {
 
 namespace detail {
 
+// The plan steps of the objective type the step's calls run: the preset's CPU form, or its CUDA
+// form for CUDA tensors (the two differ where the CPU form takes a KL term by key).
+plan_ops plan_ops_on(const std::string& preset, const std::map<std::string, double>& overrides, bool given, bool cuda) {
+  if (!cuda) return preset_plan_ops(preset, overrides, given);
+#if RECO_TORCH_WITH_CUDA
+  return preset_plan_ops_cuda(preset, overrides, given);
+#else
+  fail("logp", "is a CUDA tensor, but reco_torch was built without CUDA");
+#endif
+}
+
 std::uint64_t config_digest(const std::string& preset, const std::map<std::string, double>& overrides) {
   std::uint64_t h = reco::detail::fnv(1469598103934665603ull, preset.data(), preset.size());
   for (const auto& [k, v] : overrides) {
@@ -82,14 +118,14 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     out.rank = group->getRank();
     out.world_size = group->getSize();
   }
-  if (micro_batches.empty()) fail("micro_batches", "needs at least one micro-batch (an empty one is fine)");
-  // This rank's micro-batches, converted once.
+  const at::Device device = device_of(micro_batches);
+  // This rank's micro-batches, converted once (from host copies when they are on a CUDA device).
   std::vector<request_owner> reqs;
   std::vector<part_shape> shapes;
   for (const auto& mb : micro_batches) {
-    reqs.push_back(make_request(mb, needs));
-    if (reqs.back().cuda) fail("micro_batches", "planned steps run on CPU tensors in this version");
-    shapes.push_back(shape_of_part(mb, reqs.back().request));
+    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb);
+    reqs.push_back(make_request(host, needs));
+    shapes.push_back(shape_of_part(host, reqs.back().request));
   }
   // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
   // boundary prompt ids.
@@ -143,8 +179,9 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   std::vector<std::vector<at::Tensor>> gathered(1);
   c10::intrusive_ptr<c10d::Work> layout;
   if (group) {
-    std::vector<at::Tensor> inputs{at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).clone()};
-    for (int r = 0; r < out.world_size; ++r) gathered[0].push_back(at::empty({6}, at::kLong));
+    std::vector<at::Tensor> inputs{at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).to(device)};
+    for (int r = 0; r < out.world_size; ++r)
+      gathered[0].push_back(at::empty({6}, at::TensorOptions().dtype(at::kLong).device(device)));
     layout = group->allgather(gathered, inputs);
     ++out.collectives;
   }
@@ -173,7 +210,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   if (group) {
     wait_for(layout, "all-gather of the step's layout");
     for (int r = 0; r < out.world_size; ++r) {
-      const std::int64_t* v = gathered[0][static_cast<std::size_t>(r)].data_ptr<std::int64_t>();
+      const at::Tensor host = gathered[0][static_cast<std::size_t>(r)].to(at::kCPU);
+      const std::int64_t* v = host.data_ptr<std::int64_t>();
       part_shape& p = ranks[static_cast<std::size_t>(r)];
       p.responses = v[0];
       p.groups = v[1];
@@ -212,14 +250,14 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   if (step.responses != provisional.responses || first_group != 0)
     ops.place(total_summary, provisional, step, first_response, first_group);
 
-  sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives);
+  sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives, device);
   out.plan = ops.finish(step, total_summary);
   reco::recycle(std::move(total_summary));
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)
       round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j]);
-    sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives);
+    sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives, device);
     out.plan.advance(round);
     reco::recycle(std::move(round));
   }
@@ -236,7 +274,8 @@ planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group
   bool given = false;
   for (const policy_inputs& mb : micro_batches) given = given || mb.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
-  return detail::build_step_plan_impl(group, needs, detail::preset_plan_ops(preset, overrides, given),
+  const bool cuda = device_of(micro_batches).is_cuda();
+  return detail::build_step_plan_impl(group, needs, detail::plan_ops_on(preset, overrides, given, cuda),
                                       detail::config_digest(preset, overrides), micro_batches, options);
 }
 
@@ -248,9 +287,9 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
                                     const std::vector<at::Tensor>& summed) {
   if (summed.empty()) fail("summaries", "needs at least the summed summaries of stage 0");
   auto to_summary = [](const at::Tensor& t) {
-    if (t.scalar_type() != at::kDouble || t.dim() != 1 || !t.device().is_cpu())
-      fail("summaries", "must be 1-D float64 CPU tensors (as plan_summary returns them)");
-    const at::Tensor c = t.contiguous();
+    if (t.scalar_type() != at::kDouble || t.dim() != 1)
+      fail("summaries", "must be 1-D float64 tensors (as plan_summary returns them)");
+    const at::Tensor c = t.to(at::kCPU).contiguous();
     reco::step_summary s;
     s.values.assign(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
     return s;
@@ -266,20 +305,22 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed) {
   const bool given = in.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
-  const detail::plan_ops ops = detail::preset_plan_ops(preset, overrides, given);
+  // On a CUDA device: the plan's passes read host copies, and the summary goes back to the device
+  // (where NCCL sums it).
+  const at::Device device = in.logp.defined() ? in.logp.device() : at::Device(at::kCPU);
+  const detail::plan_ops ops = detail::plan_ops_on(preset, overrides, given, device.is_cuda());
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
-  const detail::request_owner q = detail::make_request(in, needs);
-  if (q.cuda) fail("logp", "planned steps run on CPU tensors in this version");
+  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in), needs);
   reco::step_summary s;
   if (summed.empty()) {
     s = ops.summarize(q.request, part);
   } else {
     const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
-    if (plan.complete()) return at::empty({0}, at::kDouble);
+    if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
     s = ops.round(plan, q.request, part, nullptr);  // stateless: the round reads the data
   }
-  return at::tensor(s.values, at::kDouble);
+  return at::tensor(s.values, at::kDouble).to(device);
 }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
@@ -289,7 +330,8 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   part.step.config = detail::config_digest(preset, overrides);
   planned_step plan;
   const bool given = in.gives_advantages();
-  plan.plan = detail::plan_from_summaries(detail::preset_plan_ops(preset, overrides, given), part.step, summed);
+  const bool cuda = in.logp.defined() && in.logp.is_cuda();
+  plan.plan = detail::plan_from_summaries(detail::plan_ops_on(preset, overrides, given, cuda), part.step, summed);
   plan.parts = {part};
   return policy_loss(preset, in, overrides, plan, 0);
 }

@@ -30,6 +30,7 @@ struct objective_stages {
   bool covariance = false;            // ... ranking token covariances (CPU, one call: no step plan)
   bool kept_counts = false;           // the policy term divides by the kept tokens
   bool entropy_quantile = false;      // entropy-split clip: per-response entropy quantiles
+  bool planned = false;               // a call of a split step: per-response values from the step plan
 };
 
 template <class Obj>

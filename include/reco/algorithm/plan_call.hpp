@@ -1,12 +1,18 @@
 // What one call of a split step reads from its step plan (reco/step_plan.hpp): the final
-// per-response values of its slice of the step and the step's counts. Host memory: planned calls
-// run on host-accessible backends.
+// per-response values of its slice of the step and the step's counts, and the per-response steps
+// that apply them. The generic algorithm reads the plan's host arrays directly (host-accessible
+// backends); the fused CUDA path copies the slice into its scratch first (plan_arrays), so the
+// same functions run on the device.
 #pragma once
 
 #include <cstdint>
 
+#include "reco/algorithm/objective_plan.hpp"
+#include "reco/algorithm/partials.hpp"
 #include "reco/component.hpp"
+#include "reco/result.hpp"
 #include "reco/select/top_entropy.hpp"
+#include "reco/workspace.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
@@ -25,17 +31,38 @@ struct plan_call {
   double scale = 1;                   // multiplies every coefficient (data-parallel averaging)
 };
 
+// The stages of a planned call: the batch stage (batch-std advantages, batch-mean weights) was
+// applied over the whole step by the plan, so no finalize pass runs and a sequence ratio that
+// waited for it is computed with the other per-response values.
+inline objective_stages planned_stages(objective_stages st) {
+  st.planned = true;
+  st.finalize = false;
+  st.sequence_in_finalize = false;
+  return st;
+}
+
+// Response i of a planned call: the step's advantage (unless the call's advantages are its own,
+// given per token), weight and cap flag replace the call's own; the call's valid-token count must
+// be the plan's (else plan_length_mismatch in the response's status).
+RECO_HOST_DEVICE inline void take_planned_response(const plan_call& p, const response_scratch& r, index_t i,
+                                                   bool planned_advantage) {
+  if (r.length[i] != p.length[i]) r.status[i] |= plan_length_mismatch;
+  if (planned_advantage) r.adv[i] = p.advantage[i];
+  r.weight[i] = p.weight[i];
+  r.capped[i] = p.capped[i];
+}
+
 // Per response: the kept flags from the step's cut; ties are kept in position order.
 template <class T>
 struct planned_kept_fn {
   token_layout layout;
   const T* values;
   const std::uint8_t* mask;
-  const plan_call* plan;
+  plan_call plan;  // by value: its arrays are in the backend's memory, the struct itself is not
   std::uint8_t* kept;
   RECO_HOST_DEVICE void operator()(index_t i) const {
-    const double cut = plan->cut.value;
-    index_t budget = plan->ties[i];
+    const double cut = plan.cut.value;
+    index_t budget = plan.ties[i];
     const index_t e = layout.end(i);
     for (index_t t = layout.begin(i); t < e; ++t) {
       std::uint8_t k = 0;
@@ -54,6 +81,80 @@ struct planned_kept_fn {
       }
       kept[t] = k;
     }
+  }
+};
+
+// Sets `bit` in a status word that several threads may set at once.
+RECO_HOST_DEVICE inline void set_status_bit(std::uint32_t* word, std::uint32_t bit) {
+#if defined(__CUDA_ARCH__)
+  atomicOr(word, bit);
+#else
+  __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+#endif
+}
+
+// Per response, after the kept counts: the call keeps what the plan counted (device-side check;
+// the host path names the response instead).
+struct planned_kept_check_fn {
+  const index_t* kept;
+  plan_call plan;
+  std::uint32_t* status;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    if (kept[i] != plan.kept[i]) set_status_bit(status, plan_kept_mismatch);
+  }
+};
+
+// Single-thread step after the counts: the step's counts replace the call's own.
+struct planned_counts_fn {
+  objective_scalars* s;
+  aggregation_counts valid, policy;
+  RECO_HOST_DEVICE void operator()(index_t) const {
+    s->valid = valid;
+    s->policy = policy;
+  }
+};
+
+// The per-response arrays of a plan_call in a call's scratch, for backends whose memory the host
+// cannot address: carved with the call's other arrays, then filled from the host plan.
+struct plan_arrays {
+  double* advantage = nullptr;
+  double* weight = nullptr;
+  index_t* length = nullptr;
+  index_t* ties = nullptr;
+  index_t* kept = nullptr;
+  std::uint8_t* capped = nullptr;
+
+  void carve(carver& c, index_t R, bool selection) {
+    advantage = c.take<double>(R);
+    weight = c.take<double>(R);
+    length = c.take<index_t>(R);
+    if (selection) {
+      ties = c.take<index_t>(R);
+      kept = c.take<index_t>(R);
+    }
+    capped = c.take<std::uint8_t>(R);
+  }
+
+  // Enqueues the copies of the host plan's slice (R responses) and returns the call's plan on
+  // these arrays. The host arrays may be released once this returns (the backend stages them).
+  template <class Backend>
+  plan_call fill(const Backend& be, const plan_call& host, index_t R) const {
+    plan_call d = host;
+    be.copy_to_device(advantage, host.advantage, R);
+    be.copy_to_device(weight, host.weight, R);
+    be.copy_to_device(length, host.length, R);
+    be.copy_to_device(capped, host.capped, R);
+    d.advantage = advantage;
+    d.weight = weight;
+    d.length = length;
+    d.capped = capped;
+    if (host.ties != nullptr && ties != nullptr) {
+      be.copy_to_device(ties, host.ties, R);
+      be.copy_to_device(kept, host.kept, R);
+      d.ties = ties;
+      d.kept = kept;
+    }
+    return d;
   }
 };
 

@@ -82,9 +82,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
                            std::to_string(r.length[i]) + " valid tokens, the plan counted " +
                            std::to_string(plan->length[i]) + " (a plan from another step or part?)");
         // Advantages given per token are this call's own (the estimator is the identity).
-        if (b.advantages || reads_rewards) r.adv[i] = plan->advantage[i];
-        r.weight[i] = plan->weight[i];
-        r.capped[i] = plan->capped[i];
+        take_planned_response(*plan, r, i, b.advantages || reads_rewards);
       }
       be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
       s->status = s->batch.status;
@@ -125,7 +123,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   } else if constexpr (Objective::selector_type::active) {
     if (st.selection) {
       if (plan != nullptr) {
-        be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, plan, sc.kept});
+        be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, *plan, sc.kept});
       } else {
         select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
       }

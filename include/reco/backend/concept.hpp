@@ -84,6 +84,15 @@ RECO_BACKEND_PRIMITIVE(host_copies, (std::declval<const B&>().copy_to_host(std::
                                      std::declval<const B&>().synchronize()))
 #undef RECO_BACKEND_PRIMITIVE
 
+// Whether objective::run takes a step plan on backend B: host-accessible backends, and those that
+// declare `static constexpr bool takes_step_plans = true` (reco::cuda_fused copies the plan's slice).
+template <class B, class = void>
+struct takes_step_plans : std::bool_constant<B::host_accessible> {};
+template <class B>
+struct takes_step_plans<B, std::void_t<decltype(B::takes_step_plans)>>
+    : std::bool_constant<B::host_accessible || B::takes_step_plans> {};
+template <class B>
+inline constexpr bool takes_step_plans_v = takes_step_plans<B>::value;
 }  // namespace detail
 
 // Whether B provides every primitive above.

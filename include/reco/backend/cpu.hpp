@@ -348,6 +348,10 @@ struct cpu {
     if (n > 0) std::memcpy(dst, src, sizeof(T) * static_cast<std::size_t>(n));
   }
   template <class T>
+  void copy_to_device(T* dst, const T* src, index_t n) const {
+    if (n > 0) std::memcpy(dst, src, sizeof(T) * static_cast<std::size_t>(n));
+  }
+  template <class T>
   T read(const T* src) const { return *src; }
   void synchronize() const {}
 };

@@ -186,6 +186,13 @@ struct cuda {
       detail::cuda_check(cudaMemcpyAsync(dst, src, sizeof(T) * static_cast<std::size_t>(n), cudaMemcpyDeviceToHost, stream),
                          "copy to host");
   }
+  // Stream-ordered; a pageable `src` is staged before this returns, so it may be released then.
+  template <class T>
+  void copy_to_device(T* dst, const T* src, index_t n) const {
+    if (n > 0)
+      detail::cuda_check(cudaMemcpyAsync(dst, src, sizeof(T) * static_cast<std::size_t>(n), cudaMemcpyHostToDevice, stream),
+                         "copy to device");
+  }
   template <class T>
   T read(const T* src) const {
     T v;

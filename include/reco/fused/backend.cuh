@@ -28,6 +28,9 @@ struct fused_options {
 
 struct cuda_fused : cuda {
   fused_options options{};
+  // Takes calls of a split step (objective::run with a step_plan): the plan's slice is copied to
+  // the device with the call. The generic reco::cuda passes do not.
+  static constexpr bool takes_step_plans = true;
 
   cuda_fused() = default;
   explicit cuda_fused(cudaStream_t s, fused_options o = {}) : cuda(s), options(o) {}

@@ -27,9 +27,12 @@ struct call_args {
   token_args<Obj, T> token;
 };
 
+// `step_plan`: a planned call's plan with its arrays in the call's scratch (plan_arrays::fill), or
+// null; `p` was then made for detail::planned_stages.
 template <class Obj, class T>
 call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gradients<T> grads, const scratch& sc,
-                                 const plan& p, const normalisers& norm, std::uint64_t epoch) {
+                                 const plan& p, const normalisers& norm, std::uint64_t epoch,
+                                 const detail::plan_call* step_plan = nullptr) {
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
   // The objective's plan (objective_plan.hpp): the checks split between kernels A and B, the stages.
   const detail::objective_plan pl = detail::plan_of(obj, b.advantages != nullptr, false);
@@ -39,7 +42,7 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
   const bool with_finalize = p.finalize_grid > 0;
 
   call_args<Obj, T> c{};
-  c.st = pl.stages;
+  c.st = p.st;
   c.response = response_args<Obj, T>{obj,
                                      b,
                                      sc.r,
@@ -55,7 +58,9 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
                                      !with_finalize,
                                      c.st.old_mean,
                                      c.st.sequence && !c.st.sequence_in_finalize,
-                                     reads_rewards};
+                                     reads_rewards,
+                                     step_plan != nullptr,
+                                     step_plan != nullptr ? *step_plan : detail::plan_call{}};
   c.finalize = finalize_args<Obj, T>{obj,
                                      b,
                                      sc.r,
@@ -84,16 +89,19 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
                                sc.result,
                                b.entropy != nullptr,
                                reads_rewards,
-                               b.groups};
+                               b.groups,
+                               step_plan != nullptr ? step_plan->scale : 1.0};
   return c;
 }
 
 // The stages that need a sort (token selection, entropy quantiles), run between kernels A/F and
 // kernel B by the generic passes on the call's scratch: on the CUDA backend in the fused call, on
 // the CPU backend in the tests' host emulation of it.
+// A planned call (`step_plan`, as for make_call_args) keeps the step's cut instead of finding one,
+// and checks that its kept counts are the plan's.
 template <class Backend, class Obj, class T>
 void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& batch, const scratch& sc,
-                       const plan& p, const normalisers& norm) {
+                       const plan& p, const normalisers& norm, const detail::plan_call* step_plan = nullptr) {
   using namespace detail;
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens;
@@ -102,11 +110,18 @@ void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& b
     fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
   } else if constexpr (Obj::selector_type::active) {
     if (p.st.selection) {
-      select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
-      if (p.st.kept_counts) {
+      if (step_plan != nullptr) {
+        be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, *step_plan, sc.kept});
         be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
+        be.for_each(R, planned_kept_check_fn{sc.r.kept, *step_plan, &s->status});
+      } else {
+        select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
+        if (p.st.kept_counts) be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
+      }
+      if (p.st.kept_counts) {
         be.reduce(R, response_partial_fn{sc.r}, merge_fn<response_partial>{}, &s->responses);
         be.for_each(1, counts_fn<Obj>{s, norm, b.layout, true});
+        if (step_plan != nullptr) be.for_each(1, planned_counts_fn{s, step_plan->valid, step_plan->policy});
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "reco/algorithm/objective_plan.hpp"
+#include "reco/algorithm/plan_call.hpp"
 #include "reco/fused/partials.hpp"
 #include "reco/fused/launch_plan.hpp"
 #include "reco/workspace.hpp"
@@ -26,6 +27,7 @@ struct scratch : detail::objective_scratch {
   finalize_block_partial* finalize_partials = nullptr;
   token_block_partial* token_partials = nullptr;
   std::uint64_t* tickets = nullptr;
+  detail::plan_arrays plan_slice;  // a planned call: the step plan's slice, copied here
 
   // Two passes: once over carver(nullptr) to measure, once over the reserved buffer. The fused
   // path takes no advantages given per token (refused before the call).
@@ -35,6 +37,7 @@ struct scratch : detail::objective_scratch {
     response_partials = c.take<response_block_partial>(p.response_grid);
     finalize_partials = c.take<finalize_block_partial>(p.finalize_grid);
     token_partials = c.take<token_block_partial>(p.token_grid);
+    if (p.st.planned) plan_slice.carve(c, sh.responses, p.st.selection);
   }
 };
 

@@ -72,11 +72,14 @@ device_limits limits_for_current_device() {
 }
 
 // The plan of one call on the current device (the tests and benchmarks read it too).
+// `planned`: a call of a split step (detail::planned_stages).
 template <class Objective, class T>
-plan plan_call(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch, gradients<T> grads) {
+plan plan_call(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch, gradients<T> grads,
+               bool planned = false) {
   const shape sh{batch.layout.responses, batch.logp.size(),
                  batch.group_offsets.size() > 0 ? batch.group_offsets.size() - 1 : 0};
-  return make_plan(sh, stages_of(obj), limits_for_current_device<Objective, T>(),
+  const stages st = planned ? detail::planned_stages(stages_of(obj)) : stages_of(obj);
+  return make_plan(sh, st, limits_for_current_device<Objective, T>(),
                    token_pointers_of<Objective>(batch, grads), backend.options.vector_loads,
                    backend.options.max_blocks);
 }
@@ -85,23 +88,29 @@ plan plan_call(const Objective& obj, const cuda_fused& backend, const batch_view
 
 template <class Objective>
 struct objective_algorithm<cuda_fused, Objective> {
+  // `step_plan`: a call of a split step, the plan's slice in host memory (objective::run with a
+  // step_plan); it is copied into the call's scratch, stream-ordered.
   template <class T>
   static const objective_result* run(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch,
-                                     gradients<T> grads, workspace<cuda_fused>& ws, const normalisers& norm) {
+                                     gradients<T> grads, workspace<cuda_fused>& ws, const normalisers& norm,
+                                     const detail::plan_call* step_plan = nullptr) {
     using namespace detail;
     const cuda_fused be = ws.bind(backend);
     const batch_pointers<T> b = pointers_of(batch);
     const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
     fused::check_coverage(b.layout, N, P);
 
-    const fused::plan p = fused::plan_call(obj, backend, batch, grads);
+    const fused::plan p = fused::plan_call(obj, backend, batch, grads, step_plan != nullptr);
     const fused::shape sh{R, N, P};
     fused::scratch sc;
     carver measure(nullptr);
     sc.carve(measure, sh, p);
     carver cut(ws.reserve(be, measure.used()));
     sc.carve(cut, sh, p);
-    const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, fused::next_epoch());
+    detail::plan_call on_device;
+    if (step_plan != nullptr) on_device = sc.plan_slice.fill(be, *step_plan, R);
+    const detail::plan_call* planned = step_plan != nullptr ? &on_device : nullptr;
+    const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, fused::next_epoch(), planned);
     const cudaStream_t stream = be.stream;
 
     fused::response_kernel<Objective, T><<<static_cast<unsigned>(p.response_grid), fused::response_block, 0, stream>>>(
@@ -114,7 +123,7 @@ struct objective_algorithm<cuda_fused, Objective> {
     }
 
     // The pieces that need a sort: the generic passes, on the same stream and scratch.
-    fused::run_sorted_stages(be, obj, batch, sc, p, norm);
+    fused::run_sorted_stages(be, obj, batch, sc, p, norm, planned);
 
     fused::token_kernel<Objective, T><<<static_cast<unsigned>(p.token_grid), fused::token_block, 0, stream>>>(
         args.token);

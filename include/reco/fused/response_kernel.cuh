@@ -2,7 +2,8 @@
 //
 // Kernel A: one block per group (grid-stride over groups), one warp per response of the group:
 //  1. each warp scans its response's tokens (lanes on consecutive tokens, four loads in flight);
-//  2. thread 0 runs the generic group stage (advantages, weights, group-mean normalisation);
+//  2. thread 0 runs the generic group stage (advantages, weights, group-mean normalisation), or,
+//     in a call of a split step, the threads take the step plan's values for their responses;
 //  3. warps compute a sequence-scope ratio's log-ratio when the advantages are final here;
 //  4. the block accumulates the generic batch / group / response partials of its responses.
 // The last block merges every block's partial in block order and writes the batch scalars.
@@ -77,7 +78,9 @@ __global__ void __launch_bounds__(response_block) response_kernel(const response
     group_range(a.b, g, lo, hi);
     for (index_t j = lo + warp; j < hi; j += warps) scan_response(a, j, lane);
     __syncthreads();  // lengths and old means of the whole group are in place
-    if (threadIdx.x == 0) {
+    if (a.planned) {
+      for (index_t j = lo + threadIdx.x; j < hi; j += blockDim.x) planned_response(a, j);
+    } else if (threadIdx.x == 0) {
       detail::group_fn<Obj, T>{a.obj, a.b, a.r, a.group_status, a.group_zero_std}(g);
       gp = detail::group_partial::merge(gp, detail::group_partial_fn{a.group_status, a.group_zero_std}(g));
     }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/plan_call.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/fused/partials.hpp"
@@ -42,6 +43,10 @@ struct response_args {
   bool old_mean;         // average old_logp per response (response weights read it)
   bool sequence_here;    // the sequence-scope log-ratio is computed in kernel A
   bool reads_rewards;
+  // A call of a split step: the step plan's per-response values (device arrays) replace the
+  // group stage, and its counts the call's own.
+  bool planned;
+  detail::plan_call plan;
 };
 
 // Partial scan of some of a response's tokens (one lane's share); merged by sum / min / max.
@@ -143,11 +148,23 @@ RECO_HOST_DEVICE inline void finish_responses(const response_args<Obj, T>& a, co
   *s = detail::objective_scalars{};
   s->batch = batch;
   s->groups = groups;
-  detail::batch_stats_fn<Obj>{s, a.obj}(0);
+  // A planned call has its advantages and weights from the step: no batch statistics.
+  if (a.planned)
+    s->status = batch.status;
+  else
+    detail::batch_stats_fn<Obj>{s, a.obj}(0);
   if (a.final_responses) {
     s->responses = responses;
     detail::counts_fn<Obj>{s, a.norm, a.b.layout, a.kept_denominator}(0);
+    if (a.planned) detail::planned_counts_fn{s, a.plan.valid, a.plan.policy}(0);
   }
+}
+
+// Response i of a planned call, once its scan is in place: the plan's values in place of the
+// group stage's (detail::take_planned_response, the generic path's step).
+template <class Obj, class T>
+RECO_HOST_DEVICE inline void planned_response(const response_args<Obj, T>& a, index_t i) {
+  detail::take_planned_response(a.plan, a.r, i, a.b.advantages != nullptr || a.reads_rewards);
 }
 
 // Kernel F: batch-stage advantages (batch std, REINFORCE++ whitening, GPG scaling) and batch-mean

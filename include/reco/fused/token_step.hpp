@@ -47,6 +47,7 @@ struct token_args {
   bool has_entropy;
   bool reads_rewards;
   index_t groups;
+  double scale;  // a planned call's step scale (1 otherwise): multiplies both coefficients
 };
 
 // ---- per-response values, loaded once per run of tokens of the same response -----------------
@@ -68,8 +69,9 @@ RECO_HOST_DEVICE inline void load_view(const token_args<Obj, T>& a, const aggreg
   const index_t n_pg = a.kept_denominator ? r.kept[i] : n;
   v.i = i;
   v.advantage = r.adv[i];
-  v.policy_scale = a.obj.aggregate.coefficient(policy, n_pg) * r.weight[i];
-  v.coef = a.obj.aggregate.coefficient(valid, n);
+  // Scaled as the generic path scales its coefficients (x * 1 == x: unplanned calls unchanged).
+  v.policy_scale = a.obj.aggregate.coefficient(policy, n_pg) * a.scale * r.weight[i];
+  v.coef = a.obj.aggregate.coefficient(valid, n) * a.scale;
   v.first = r.first[i];
   v.span = r.last[i] - v.first + 1;
   if (r.seq_log) v.sequence_log_ratio = r.seq_log[i];

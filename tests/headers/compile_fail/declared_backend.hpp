@@ -1,5 +1,6 @@
 // A backend that declares every primitive of reco/backend/concept.hpp (declarations are all a
-// syntax-only compile needs); RECO_TEST_OMIT_SEGMENTED_SORT leaves one out.
+// syntax-only compile needs); RECO_TEST_OMIT_SEGMENTED_SORT leaves one out, and
+// RECO_TEST_DEVICE_MEMORY declares memory the host cannot address.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,11 @@
 #include "reco/workspace.hpp"
 
 struct declared_backend {
+#ifdef RECO_TEST_DEVICE_MEMORY
+  static constexpr bool host_accessible = false;  // memory the host cannot address (as reco::cuda)
+#else
   static constexpr bool host_accessible = true;
+#endif
   struct scratch_state {};
   declared_backend with_scratch(scratch_state*, reco::memory_resource*) const;
   static void release_scratch(scratch_state&);

@@ -77,7 +77,7 @@ struct policy_inputs {
   // default and the diagnostics (the status word included) are in policy_output::stats_tensor.
   bool host_stats = true;
   // A micro-batch of a split step (reco/torch/step_plan.hpp): the step's plan from
-  // build_step_plan and this micro-batch's index in the list given to it. CPU tensors only.
+  // build_step_plan and this micro-batch's index in the list given to it (CPU or CUDA tensors).
   const planned_step* plan = nullptr;
   std::size_t micro_batch = 0;
 

@@ -22,7 +22,8 @@ __global__ void pack_stats_kernel(const objective_result* r, double* out) {
   pack_stats(*r, out);
 }
 
-// Enqueues the objective and the packing of its result into q.stats_out; no host
+// Enqueues the objective (a split step's call with its plan when q.plan is set: the plan's slice
+// is copied to the device with it) and the packing of its result into q.stats_out; no host
 // synchronisation. The workspace returns its memory to the caching allocator at the end of the
 // call, stream-ordered after the kernels that use it.
 template <class Objective>
@@ -31,8 +32,12 @@ void run_cuda(const Objective& obj, const run_request& q) {
   caching_allocator_resource resource(stream);
   reco::workspace<reco::cuda_fused> ws(&resource);
   const reco::cuda_fused backend(stream);
-  const objective_result* r = q.use_double ? obj.run(backend, q.batch_d, q.grads_d, ws, q.norm)
-                                           : obj.run(backend, q.batch_f, q.grads_f, ws, q.norm);
+  const objective_result* r =
+      q.plan != nullptr
+          ? (q.use_double ? obj.run(backend, q.batch_d, q.grads_d, ws, *q.plan, q.part)
+                          : obj.run(backend, q.batch_f, q.grads_f, ws, *q.plan, q.part))
+          : (q.use_double ? obj.run(backend, q.batch_d, q.grads_d, ws, q.norm)
+                          : obj.run(backend, q.batch_f, q.grads_f, ws, q.norm));
   pack_stats_kernel<<<1, 1, 0, stream>>>(r, q.stats_out);
   reco::detail::cuda_check(cudaGetLastError(), "pack_stats_kernel");
 }

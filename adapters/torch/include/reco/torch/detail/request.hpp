@@ -27,7 +27,7 @@ struct run_request {
   batch_view<double> batch_d;
   gradients<double> grads_d;
   normalisers norm;
-  // A call of a split step (CPU only): the step's plan and where this call sits in the step.
+  // A call of a split step: the step's plan and where this call sits in the step.
   const reco::step_plan* plan = nullptr;
   reco::step_part part{};
   // CUDA only: the device, PyTorch's current stream on it, and where the packed diagnostics
@@ -41,7 +41,7 @@ struct run_request {
 // on CUDA it enqueues the work and the packing of the result into request.stats_out.
 using runner = std::function<void(const run_request&, objective_result& host_result)>;
 
-// The plan steps of one objective on a run_request's batch (CPU): a part's summary, its move from
+// The plan steps of one objective on a run_request's batch (host memory): a part's summary, its move from
 // a provisional place in the step to its real one (reco::place_summary), the plan from the summed
 // summaries, the cut's candidates gathered early, and a part's summary of the plan's pending round.
 struct plan_ops {

@@ -1,0 +1,41 @@
+// The plan steps of one objective on a run_request's batch (host memory; LibTorch-free): shared by
+// the CPU presets and, for CUDA tensors, the CUDA presets' form (the plan of a step whose calls run
+// on the device is made on the host from host copies of what it reads).
+#pragma once
+
+#include "reco/step_plan.hpp"
+#include "reco/torch/detail/request.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
+
+template <class Objective>
+plan_ops plan_ops_for(const Objective& obj) {
+  plan_ops ops;
+  ops.summarize = [obj](const run_request& q, const reco::step_part& part) {
+    return q.use_double ? reco::summarize(obj, q.batch_d, part) : reco::summarize(obj, q.batch_f, part);
+  };
+  ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,
+                    index_t first_response, index_t first_group) {
+    reco::place_summary(obj, s, provisional, step, first_response, first_group);
+  };
+  ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
+    return reco::finish_plan(obj, step, total);
+  };
+  ops.gather_early = [obj](const run_request& q, const reco::step_summary& own, reco::part_rounds& state) {
+    const reco::digit_window w = reco::early_window(obj, own);
+    if (q.use_double) reco::gather_early(obj, q.batch_d, w, state);
+    else reco::gather_early(obj, q.batch_f, w, state);
+  };
+  ops.round = [obj](const reco::step_plan& plan, const run_request& q, const reco::step_part& part,
+                    reco::part_rounds* state) {
+    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part, state)
+                        : reco::plan_round(obj, plan, q.batch_f, part, state);
+  };
+  return ops;
+}
+
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END
