@@ -48,7 +48,8 @@ class Diagnostics(ctypes.Structure):  # reco_cuda_diagnostics
 
 class Result(ctypes.Structure):  # reco_cuda_result
     _fields_ = [("loss", ctypes.c_double), ("policy_loss", ctypes.c_double), ("kl_loss", ctypes.c_double),
-                ("entropy_loss", ctypes.c_double), ("stats", Diagnostics), ("status", ctypes.c_uint32)]
+                ("entropy_loss", ctypes.c_double), ("stats", Diagnostics), ("status", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
 
 
 def load(path):

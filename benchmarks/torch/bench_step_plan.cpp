@@ -8,12 +8,14 @@
 // A step of N token slots (N = 1M, 4M, 16M) is [N / 1024, 1024] float32 with ragged masks and
 // groups of 8; each rank holds half of it as one micro-batch. Per preset and N, on rank 0:
 //   plan          build_step_plan over the process group (collectives + selection rounds);
+//   plan_given_layout  the same with step_options::layout given (no all-gather of the ranks' shapes);
 //   plan_local    the same with no process group (this rank's half as the whole step): the
 //                 plan's own passes over the data without the collectives;
 //   call_planned  policy_loss with the plan + backward on this rank's micro-batch;
 //   call          policy_loss without a plan + backward on the same micro-batch;
 //   plan_over_call  the plan and the planned call alternating in one loop, each one's CPU time
 //                 summed and their ratio (a counter; robust to the machine's speed drifting);
+//                 plan_given_layout_over_call the same with the layout given;
 // and per N, copy_inputs: a copy of the call's per-token inputs (logp, old_logp, ref_logp,
 // entropy, mask), the memory traffic of one pass over them; and allreduce: one collective alone.
 // Each rank uses RECO_BENCH_THREADS threads (default 1: two ranks on a 2-core machine).
@@ -45,12 +47,13 @@
 #ifdef RECO_BENCH_STEP_PLAN_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
 #include "reco/torch/policy_loss.hpp"
 #include "reco/torch/step_plan.hpp"
+#ifndef RECO_BENCH_STEP_PLAN_NCCL
+#include "reco/torch/gloo_group.hpp"
+#endif
 
 namespace {
 
@@ -120,12 +123,20 @@ void counters(benchmark::State& state, int64_t N) {
       static_cast<double>(N), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-void BM_plan(benchmark::State& state, const std::string& preset, bool collective) {
+// How the plan is built: over the group; over the group with the layout given (no all-gather of
+// the ranks' shapes); without a group (this rank's half as the whole step).
+enum plan_mode { collective, collective_given_layout, local };
+
+void BM_plan(benchmark::State& state, const std::string& preset, plan_mode mode) {
   const int64_t N = state.range(0);
   const rank_batch& b = rank_data(N);
   const std::vector<reco::torch::policy_inputs> mbs{inputs_of(b, b.logp)};
-  const c10::intrusive_ptr<c10d::ProcessGroup> g = collective ? group : c10::intrusive_ptr<c10d::ProcessGroup>();
+  const c10::intrusive_ptr<c10d::ProcessGroup> g = mode != local ? group : c10::intrusive_ptr<c10d::ProcessGroup>();
   reco::torch::step_options opt;
+  if (mode == collective_given_layout) {
+    const int64_t R = b.rewards.numel();  // every rank holds R responses in groups of group_size
+    opt.layout = reco::torch::step_layout{R * world, R * rank, R * rank / group_size};
+  }
   int collectives = 0;
   line_up();
   for (auto _ : state) {
@@ -191,13 +202,17 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-void BM_plan_over_call(benchmark::State& state, const std::string& preset) {
+void BM_plan_over_call(benchmark::State& state, const std::string& preset, bool given_layout) {
   const int64_t N = state.range(0);
   const rank_batch& b = rank_data(N);
   const at::Tensor logp = b.logp.clone().requires_grad_(true);
   const reco::torch::policy_inputs in = inputs_of(b, logp);
   const std::vector<reco::torch::policy_inputs> mbs{in};
   reco::torch::step_options opt;
+  if (given_layout) {
+    const int64_t R = b.rewards.numel();
+    opt.layout = reco::torch::step_layout{R * world, R * rank, R * rank / group_size};
+  }
   double plan_cpu = 0, call_cpu = 0, plan_wall = 0, call_wall = 0;
   using clock = std::chrono::steady_clock;
   auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
@@ -260,16 +275,20 @@ void register_all() {
   for (const char* p : {"rule_80_20", "grpo", "reco"}) {
     const std::string preset = p;
     for (int64_t N : sizes) {
-      auto add = [&](const char* what, auto fn, bool flag) {
+      auto add = [&](const char* what, auto fn, auto flag) {
         benchmark::RegisterBenchmark(("step_plan/" + preset + "/" + what).c_str(), fn, preset, flag)
             ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseRealTime();
       };
-      add("plan", BM_plan, true);
-      add("plan_local", BM_plan, false);
+      add("plan", BM_plan, collective);
+      add("plan_given_layout", BM_plan, collective_given_layout);
+      add("plan_local", BM_plan, local);
       add("call_planned", BM_call, true);
       add("call", BM_call, false);
-      benchmark::RegisterBenchmark(("step_plan/" + preset + "/plan_over_call").c_str(), BM_plan_over_call, preset)
-          ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseManualTime();
+      for (const bool given : {false, true})
+        benchmark::RegisterBenchmark(
+            ("step_plan/" + preset + (given ? "/plan_given_layout_over_call" : "/plan_over_call")).c_str(),
+            BM_plan_over_call, preset, given)
+            ->Arg(N)->Iterations(iterations_for(N))->Unit(benchmark::kMillisecond)->UseManualTime();
     }
   }
 }
@@ -292,9 +311,7 @@ int run_rank(int argc, char** argv, const std::string& store) {
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
     group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
 #else
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(s, rank, world, opts);
+    group = reco::torch::loopback_gloo_group(s, rank, world, std::chrono::seconds(120));
 #endif
   }
   register_all();

@@ -45,6 +45,9 @@ struct objective_result {
   double entropy_loss = 0;  // -coef * aggregate(entropy)
   diagnostics stats;
   std::uint32_t status = 0;  // 0 = ok; otherwise input_error bits (see describe_status)
+  // Always 0. It fills what would be padding, so that every byte of a result is written and two
+  // results compare bit for bit (a device copy of a struct may leave padding as the memory was).
+  std::uint32_t reserved = 0;
 };
 
 // Input errors that can only be detected by reading the data (which may live on the device).

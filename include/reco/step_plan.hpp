@@ -428,7 +428,9 @@ class step_plan {
         take = on < budget ? on : budget;
         budget -= take;
       }
-      ties_[i] = budget < 0 ? -1 : take;
+      // -1 where the response keeps every token on the cut (all but the one response of the step
+      // the budget runs out in): its kept flags then need no walk in position order.
+      ties_[i] = budget < 0 || take == on ? -1 : take;
       kept_[i] = above + take;
       kept_tokens += static_cast<double>(kept_[i]);
       kept_responses += kept_[i] > 0 ? 1 : 0;

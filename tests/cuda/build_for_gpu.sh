@@ -34,14 +34,20 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined
 TARGETS=(reco_cuda_tests reco_cuda_fast_tests reco_logits_cuda_tests reco_cuda_c reco_example_cuda_train_step
          reco_bench_objective_cuda bench_logits_cuda reco_torch_cuda_tests reco_torch_tests reco_torch_ops
-         reco_bench_objective_torch_cuda reco_ablation)
+         reco_bench_objective_torch_cuda reco_ablation reco_bench_torch_step_plan_cuda)
+# With Gloo's headers (libgloo-dev) also the multi-process CPU step-plan test and benchmark.
+if grep -q '^RECO_GLOO_INCLUDE_DIR:PATH=/' "$BUILD/CMakeCache.txt"; then
+  TARGETS+=(reco_torch_dist_tests reco_bench_torch_step_plan)
+fi
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" -- -k 0  # every failure, not the first
 mkdir -p "$BIN"
 for f in tests/cuda/reco_cuda_tests tests/cuda_fast/reco_cuda_fast_tests tests/logits/reco_logits_cuda_tests \
          adapters/cuda/libreco_cuda.so examples/cuda/reco_example_cuda_train_step \
          benchmarks/cuda/reco_bench_objective_cuda benchmarks/logits/bench_logits_cuda \
          tests/torch/reco_torch_cuda_tests tests/torch/reco_torch_tests adapters/torch/libreco_torch_ops.so \
-         benchmarks/cuda/reco_bench_objective_torch_cuda tests/ablation/program/reco_ablation; do
+         benchmarks/cuda/reco_bench_objective_torch_cuda tests/ablation/program/reco_ablation \
+         benchmarks/torch/reco_bench_torch_step_plan_cuda benchmarks/torch/reco_bench_torch_step_plan \
+         tests/torch/reco_torch_dist_tests; do
   [[ -f $BUILD/$f ]] && cp "$BUILD/$f" "$BIN/"
 done
 strip --strip-unneeded "$BIN"/* 2>/dev/null || true

@@ -643,6 +643,15 @@ reco_cuda_objective_args args_of(device_batch<T>& d, const typed_batch<T>& h, de
   return a;
 }
 
+// The first byte at which two results differ (sizeof when none), for the failure message.
+std::size_t first_difference(const reco::objective_result& a, const reco::objective_result& b) {
+  const auto* x = reinterpret_cast<const unsigned char*>(&a);
+  const auto* y = reinterpret_cast<const unsigned char*>(&b);
+  std::size_t k = 0;
+  while (k < sizeof(a) && x[k] == y[k]) ++k;
+  return k;
+}
+
 TEST(CudaAdapter, PresetsByNameMatchTheDirectFusedCall) {
   REQUIRE_DEVICE();
   namespace ca = reco::cuda_adapter;
@@ -684,7 +693,9 @@ TEST(CudaAdapter, PresetsByNameMatchTheDirectFusedCall) {
         if constexpr (!reco::is_covariance_selection_v<typename decltype(obj)::selector_type>)
           direct = obj(reco::cuda_fused{stream.s}, d.v, reco::gradients<float>{g_direct.span(), {}}, ws);
       });
-      EXPECT_EQ(std::memcmp(&host, &direct, sizeof(host)), 0) << "adapter == direct";
+      EXPECT_EQ(std::memcmp(&host, &direct, sizeof(host)), 0)
+          << "adapter == direct; first difference at byte " << first_difference(host, direct) << " of "
+          << sizeof(host) << " (loss " << host.loss << " vs " << direct.loss << ")";
       const auto g2 = g_direct.to_host();
       EXPECT_EQ(std::memcmp(g1.data(), g2.data(), sizeof(float) * g1.size()), 0);
       // Stream-ordered into device memory, and in the workspace.

@@ -472,6 +472,14 @@ void check_planned(const Obj& obj, const std::string& name) {
     compare_planned<Obj, float>(obj, m, cuts, 4.0, opt, name + " float, scale 4, batch " + std::to_string(k));
     if (::testing::Test::HasFatalFailure()) return;
   }
+  // Entropies on four values: the cut falls inside a run of ties that spans responses and parts,
+  // and the response the budget runs out in keeps its first ties only.
+  batch_spec spec;
+  spec.groups = 9;
+  spec.max_length = 14;
+  master_batch m = make_batch(9177, spec);
+  for (double& h : m.entropy) h = std::floor(h * 4.0 / 3.0) * 0.75;
+  compare_planned<Obj, double>(obj, m, {m.R / 4, m.R / 2, (3 * m.R) / 4}, 1.0, {}, name + " tied entropies");
 }
 
 TEST(FusedEmulation, PlannedPartsMatchTheGenericPlannedCalls) {

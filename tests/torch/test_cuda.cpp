@@ -130,6 +130,8 @@ reco::torch::policy_inputs responses(const torch_test::batch& b, const reco::tor
   return m;
 }
 
+const c10::intrusive_ptr<c10d::ProcessGroup> no_group;  // gradient accumulation in one process
+
 // Gradient accumulation on CUDA tensors: a step in three uneven micro-batches (one empty, a group
 // across two), its plan made on the host from the device tensors (build_step_plan, no process
 // group), each micro-batch's call on the device. The calls add up to one call on the whole step,
@@ -157,8 +159,8 @@ TEST(Cuda, PlannedMicroBatchesAddUpToTheWholeStep) {
       }
       reco::torch::step_options opt;
       opt.step = static_cast<std::uint64_t>(++step);
-      const auto plan_gpu = reco::torch::build_step_plan(nullptr, name, gpu, {}, opt);
-      const auto plan_cpu = reco::torch::build_step_plan(nullptr, name, cpu, {}, opt);
+      const auto plan_gpu = reco::torch::build_step_plan(no_group, name, gpu, {}, opt);
+      const auto plan_cpu = reco::torch::build_step_plan(no_group, name, cpu, {}, opt);
       double loss = 0;
       const double tol = dt == at::kDouble ? 1e-12 : 1e-6;
       for (size_t p = 0; p < gpu.size(); ++p) {
@@ -183,7 +185,7 @@ TEST(Cuda, PlannedMicroBatchesAddUpToTheWholeStep) {
   std::vector<reco::torch::policy_inputs> one{responses(b, in, 0, R)};
   reco::torch::step_options opt;
   opt.step = 1000;
-  const auto plan = reco::torch::build_step_plan(nullptr, "grpo", one, {}, opt);
+  const auto plan = reco::torch::build_step_plan(no_group, "grpo", one, {}, opt);
   try {
     reco::torch::policy_loss("dapo", one[0], {}, plan, 0);
     FAIL() << "expected reco::error";

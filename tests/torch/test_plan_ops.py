@@ -82,7 +82,7 @@ def planned_step(reco, preset, micro_batches, step, R_step):
     for p, t in zip(parts, tensors):
         loss, stats = reco.planned_policy_loss(preset, p, float(W), summaries, **t)
         loss.backward()                              # DDP would average the gradients over ranks
-        total += float(loss)
+        total += float(loss.detach())
     return total
 # ---- end of the loop ------------------------------------------------------------------------
 

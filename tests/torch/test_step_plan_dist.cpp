@@ -251,6 +251,46 @@ TEST(StepPlanTorch, RanksDisagreeingOnTheObjectiveFailNamingPlan) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// A caller that knows the layout (where each rank's responses and groups start) passes it: one
+// collective fewer, the same plan. A layout that does not fit the data fails naming the plan.
+TEST(StepPlanTorch, GivenLayoutSkipsTheAllGather) {
+  const auto codes = spawn(2, 60, [](int rank, const std::string& path) {
+    auto group = make_group(path, rank, 2, 20000);
+    const step_data s = make_step(6);
+    const index_t cut = s.R / 2 + 1;  // a prompt group continues on rank 1 (make_step's groups are 1..5)
+    const index_t a = rank == 0 ? 0 : cut, b = rank == 0 ? cut : s.R;
+    std::int64_t first_group = 0;  // the step's id of response a's group
+    for (index_t i = 1; i <= a && i < s.R; ++i)
+      first_group += s.prompt_ids[static_cast<std::size_t>(i)] != s.prompt_ids[static_cast<std::size_t>(i - 1)];
+    int code = 0;
+    std::uint64_t id = 1;
+    for (const char* preset : {"rule_80_20", "reco", "dr_grpo"}) {
+      std::vector<reco::torch::policy_inputs> ex{inputs(s, a, b, at::kDouble)}, gv{inputs(s, a, b, at::kDouble)};
+      reco::torch::step_options opt;
+      opt.step = id++;
+      const auto exchanged = reco::torch::build_step_plan(group, preset, ex, {}, opt);
+      opt.layout = reco::torch::step_layout{s.R, a, first_group};
+      const auto given = reco::torch::build_step_plan(group, preset, gv, {}, opt);
+      if (given.collectives != exchanged.collectives - 1) code |= 8;
+      auto oe = reco::torch::policy_loss(preset, ex[0], {}, exchanged, 0);
+      auto og = reco::torch::policy_loss(preset, gv[0], {}, given, 0);
+      oe.loss.backward();
+      og.loss.backward();
+      if (oe.loss.item<double>() != og.loss.item<double>()) code |= 16;
+      if (!at::equal(ex[0].logp.grad(), gv[0].logp.grad())) code |= 32;
+    }
+    // Rank 1 placed one response too early: response cut - 1 claimed twice, the last by no rank.
+    std::vector<reco::torch::policy_inputs> mbs{inputs(s, a, b, at::kDouble)};
+    reco::torch::step_options bad;
+    bad.step = id;
+    bad.layout = reco::torch::step_layout{s.R, rank == 0 ? a : a - 1, first_group};
+    code |= expect_error([&] { reco::torch::build_step_plan(group, "grpo", mbs, {}, bad); }, "plan");
+    return code;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
 TEST(StepPlanTorch, RankThatNeverJoinsTimesOut) {
   const auto start = std::chrono::steady_clock::now();
   const auto codes = spawn(2, 60, [](int rank, const std::string& path) {

@@ -37,14 +37,28 @@ void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::s
   ++count;
 }
 
-// A micro-batch whose tensors are on a CUDA device, copied to the host for the plan's passes (the
-// plan is made on the host; the calls of the step then run on the device with it).
-policy_inputs on_host(const policy_inputs& in) {
+// A micro-batch whose tensors are on a CUDA device, as the plan's passes read it on the host (the
+// plan is made on the host; the calls of the step then run on the device with it): copies of the
+// mask, the per-response inputs and the per-token values the plan reads (ops.reads_*); the other
+// per-token inputs become host tensors of their shape, never filled (the plan checks their shapes
+// only: a micro-batch for a plan is converted without value checks, which its call makes).
+policy_inputs on_host(const policy_inputs& in, const detail::plan_ops& ops) {
   policy_inputs h = in;
-  for (at::Tensor* t : {&h.logp, &h.old_logp, &h.ref_logp, &h.entropy, &h.mask, &h.offsets, &h.rewards,
-                        &h.advantages, &h.token_advantages, &h.group_offsets, &h.prompt_ids, &h.token_weights,
-                        &h.response_weights, &h.rollout_logp})
-    if (t->defined()) *t = t->detach().to(at::kCPU);
+  auto copy = [](at::Tensor& t) {
+    if (t.defined()) t = t.detach().to(at::kCPU);
+  };
+  auto shape_only = [](at::Tensor& t) {
+    if (t.defined()) t = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
+  };
+  for (at::Tensor* t : {&h.mask, &h.offsets, &h.rewards, &h.advantages, &h.token_advantages, &h.group_offsets,
+                        &h.prompt_ids, &h.response_weights, &h.rollout_logp})
+    copy(*t);
+  const bool old_mean = ops.reads_old_mean && !in.rollout_logp.defined();
+  if (old_mean && !in.old_logp.defined()) copy(h.logp); else shape_only(h.logp);
+  if (old_mean) copy(h.old_logp); else shape_only(h.old_logp);
+  if (ops.reads_entropy) copy(h.entropy); else shape_only(h.entropy);
+  shape_only(h.ref_logp);
+  shape_only(h.token_weights);
   h.plan = nullptr;
   return h;
 }
@@ -123,7 +137,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   std::vector<request_owner> reqs;
   std::vector<part_shape> shapes;
   for (const auto& mb : micro_batches) {
-    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb);
+    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb, ops);
     reqs.push_back(make_request(host, needs));
     shapes.push_back(shape_of_part(host, reqs.back().request));
   }
@@ -178,7 +192,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
                            last_has_ids ? 1 : 0, mine.last_id};
   std::vector<std::vector<at::Tensor>> gathered(1);
   c10::intrusive_ptr<c10d::Work> layout;
-  if (group) {
+  const bool exchange = group && !options.layout.given();  // else the caller's layout
+  if (exchange) {
     std::vector<at::Tensor> inputs{at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).to(device)};
     for (int r = 0; r < out.world_size; ++r)
       gathered[0].push_back(at::empty({6}, at::TensorOptions().dtype(at::kLong).device(device)));
@@ -207,7 +222,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     }
     throw;
   }
-  if (group) {
+  if (exchange) {
     wait_for(layout, "all-gather of the step's layout");
     for (int r = 0; r < out.world_size; ++r) {
       const at::Tensor host = gathered[0][static_cast<std::size_t>(r)].to(at::kCPU);
@@ -224,10 +239,22 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     ranks[0] = mine;
     ranks[0].has_ids = mine.has_ids && last_has_ids;
   }
-  // The step's responses, and where this rank starts (responses and group ids).
+  // The step's responses, and where this rank starts (responses and group ids): given, or from
+  // the ranks' shapes. A wrong given layout fails in finish_plan (responses claimed twice or by no
+  // part, or ranks that disagree on the step's size), naming the plan.
   index_t total = 0, first_response = 0, first_group = 0, next_group = 0;
   const part_shape* before = nullptr;
-  for (int r = 0; r < out.world_size; ++r) {
+  if (options.layout.given()) {
+    const step_layout& l = options.layout;
+    if (l.first_response < 0 || l.first_group < 0 || l.first_response + mine.responses > l.step_responses)
+      fail("options.layout", "places this rank's " + std::to_string(mine.responses) + " responses at " +
+                                 std::to_string(l.first_response) + " (first group " + std::to_string(l.first_group) +
+                                 ") of a step of " + std::to_string(l.step_responses));
+    total = l.step_responses;
+    first_response = l.first_response;
+    first_group = l.first_group;
+  }
+  for (int r = 0; r < out.world_size && !options.layout.given(); ++r) {
     const part_shape& p = ranks[static_cast<std::size_t>(r)];
     if (r == out.rank) {
       first_response = total;
@@ -311,7 +338,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
   const detail::plan_ops ops = detail::plan_ops_on(preset, overrides, given, device.is_cuda());
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
-  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in), needs);
+  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in, ops), needs);
   reco::step_summary s;
   if (summed.empty()) {
     s = ops.summarize(q.request, part);

@@ -24,6 +24,8 @@ struct plan_call {
   const std::uint8_t* capped = nullptr;
   const index_t* length = nullptr;    // valid tokens the summary saw (checked against the data)
   const index_t* ties = nullptr;      // tokens on the cut to keep per response (-1 all); selection only
+                                      // (0 < ties < the response's tokens on the cut in one response
+                                      // of the step at most)
   const index_t* kept = nullptr;      // tokens the step's cut keeps per response; selection only
   entropy_cut cut{};                  // selection: keep H > cut.value, and `ties` of H == cut.value
   aggregation_counts valid{};         // the step's counts for the KL / entropy terms
@@ -81,6 +83,45 @@ struct planned_kept_fn {
       }
       kept[t] = k;
     }
+  }
+};
+
+// The same flags a token per thread (the fused path): every response keeps all or none of its
+// tokens on the cut except where ties[i] > 0, which planned_partial_ties_fn then walks.
+template <class T>
+struct planned_kept_token_fn {
+  token_layout layout;
+  const T* values;
+  const std::uint8_t* mask;
+  plan_call plan;
+  std::uint8_t* kept;
+  RECO_HOST_DEVICE void operator()(index_t t) const {
+    std::uint8_t k = 0;
+    if (mask == nullptr || mask[t] != 0) {
+      const double h = static_cast<double>(values[t]);
+      const double cut = plan.cut.value;
+      k = h > cut || (h == cut && plan.ties[layout.response_of(t)] < 0) ? 1 : 0;
+    }
+    kept[t] = k;
+  }
+};
+
+// Per response, after planned_kept_token_fn: the first ties[i] tokens on the cut, in position
+// order, of the response (at most one in the step) that keeps some of them but not all.
+template <class T>
+struct planned_partial_ties_fn {
+  token_layout layout;
+  const T* values;
+  const std::uint8_t* mask;
+  plan_call plan;
+  std::uint8_t* kept;
+  RECO_HOST_DEVICE void operator()(index_t i) const {
+    index_t budget = plan.ties[i];
+    for (index_t t = layout.begin(i), e = layout.end(i); budget > 0 && t < e; ++t)
+      if ((mask == nullptr || mask[t] != 0) && static_cast<double>(values[t]) == plan.cut.value) {
+        kept[t] = 1;
+        --budget;
+      }
   }
 };
 

@@ -87,6 +87,7 @@ typedef struct reco_cuda_result {
   double loss, policy_loss, kl_loss, entropy_loss;
   reco_cuda_diagnostics stats;
   uint32_t status; /* 0 = ok; reco::input_error bits otherwise (reco_cuda_describe_status) */
+  uint32_t reserved; /* always 0 */
 } reco_cuda_result;
 
 /* Log-probability and entropy from logits [rows, vocab] (row r starts at logits + r * row_stride).

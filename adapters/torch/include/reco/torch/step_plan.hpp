@@ -14,12 +14,16 @@
 // share a prompt id share that group (with group_offsets, every part's groups are its own).
 //
 // Collectives on the process group (a constant number, whatever the number of micro-batches):
-// one all-gather of 6 integers per rank (the step's layout), one all-reduce SUM of the summaries
-// (which carry the first histogram of an 80/20 cut), and for the 80/20 presets 1 (float) or 3
-// (double) more histogram all-reduces plus one of the per-response cut counts. A rank that does not join fails after the process group's timeout
-// (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
-// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
-// group may be null: gradient accumulation in one process, the same plan without collectives.
+// one all-gather of 6 integers per rank (the step's layout; none when step_options::layout is
+// given), one all-reduce SUM of the summaries (which carry the first histogram of an 80/20 cut),
+// and for the 80/20 presets 1 (float) or 3 (double) more histogram all-reduces plus one of the
+// per-response cut counts. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
+// plan is made on the host from copies of what it reads, its collectives run on CUDA tensors of
+// the micro-batches' device (NCCL or Gloo), and the calls run on the device. A rank that does not
+// join fails after the process group's timeout (ProcessGroupGloo::Options::timeout) with a
+// reco::error naming "process_group". Ranks that disagree on the step id, the preset or its
+// overrides fail with a reco::error naming "plan". group may be null: gradient accumulation in
+// one process, the same plan without collectives.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +40,24 @@
 RECO_NAMESPACE_BEGIN
 namespace torch {
 
+// Where this rank's micro-batches sit in the step, for a caller that knows it (every rank's
+// share fixed by its sampler): the plan then skips its all-gather of the ranks' shapes, one
+// collective fewer. first_group is the step's id of the rank's first prompt group (the id its
+// previous rank's last group has, when that group continues here). A layout that does not fit
+// the ranks' data fails naming the plan (responses claimed twice or by no rank).
+struct step_layout {
+  std::int64_t step_responses = -1;  // R of the whole step; -1: not given (exchanged)
+  std::int64_t first_response = 0;   // the step index of this rank's first response
+  std::int64_t first_group = 0;
+  bool given() const { return step_responses >= 0; }
+};
+
 struct step_options {
   std::uint64_t step = 0;  // the step id (a counter), the same on every rank
   // The wrapper averages gradients over the W ranks (DDP, FSDP): the plan multiplies each rank's
   // loss and gradient by W so that the average is the step's gradient. false: plain sum.
   bool average_over_ranks = true;
+  step_layout layout{};  // optional (see step_layout)
 };
 
 // A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.

@@ -3,6 +3,8 @@
 // on the device is made on the host from host copies of what it reads).
 #pragma once
 
+#include "reco/algorithm/objective_plan.hpp"
+#include "reco/detail/slot_traits.hpp"
 #include "reco/step_plan.hpp"
 #include "reco/torch/detail/request.hpp"
 
@@ -13,6 +15,8 @@ namespace detail {
 template <class Objective>
 plan_ops plan_ops_for(const Objective& obj) {
   plan_ops ops;
+  ops.reads_old_mean = reco::detail::needs_old_mean(obj.weight);
+  ops.reads_entropy = reco::stages_of(obj).selection;
   ops.summarize = [obj](const run_request& q, const reco::step_part& part) {
     return q.use_double ? reco::summarize(obj, q.batch_d, part) : reco::summarize(obj, q.batch_f, part);
   };

@@ -45,6 +45,11 @@ using runner = std::function<void(const run_request&, objective_result& host_res
 // a provisional place in the step to its real one (reco::place_summary), the plan from the summed
 // summaries, the cut's candidates gathered early, and a part's summary of the plan's pending round.
 struct plan_ops {
+  // Which per-token values the plan reads besides the mask: old_logp (logp when on-policy) for a
+  // weight that averages it, the entropies for a token selector. (The CUDA adapter copies only
+  // these to the host.)
+  bool reads_old_mean = true;
+  bool reads_entropy = true;
   std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
   std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
                      index_t first_response, index_t first_group)>
