@@ -191,9 +191,9 @@ inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
 // Parameters are hashed field by field: hashing a struct's bytes would read its padding (and the
 // indeterminate byte of an empty struct), which copies need not preserve. A parameter struct is an
 // aggregate of scalars (and of aggregates of scalars); its fields are counted by trying brace
-// initialisers of 1, 2, ... placeholders and read with a structured binding. (Each placeholder has
-// its own type: nvcc 13.0's device front end crashes on the variadic form that appends one shared
-// placeholder type, once two parameter types are counted in a translation unit.)
+// initialisers of 1, 2, ... values that convert to anything, and read with a structured binding.
+// (Each such value has a type of its own: nvcc 13.0's device front end crashes on the variadic
+// form that appends one shared type, once two parameter types are counted in a translation unit.)
 template <std::size_t>
 struct any_field {
   template <class T>
