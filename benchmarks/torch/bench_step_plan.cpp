@@ -11,6 +11,9 @@
 //   plan_given_layout  the same with step_options::layout given (no all-gather of the ranks' shapes);
 //   plan_local    the same with no process group (this rank's half as the whole step): the
 //                 plan's own passes over the data without the collectives;
+//   plan_host_passes (CUDA) / plan_tensor_ops (CPU)  `plan` with the other kind of token passes
+//                 (step_options::passes): host passes over copies of the device tensors, or the
+//                 device's tensor operations run on CPU tensors;
 //   call_planned  policy_loss with the plan + backward on this rank's micro-batch;
 //   call          policy_loss without a plan + backward on the same micro-batch;
 //   plan_over_call  the plan and the planned call alternating in one loop, each one's CPU time
@@ -124,8 +127,10 @@ void counters(benchmark::State& state, int64_t N) {
 }
 
 // How the plan is built: over the group; over the group with the layout given (no all-gather of
-// the ranks' shapes); without a group (this rank's half as the whole step).
-enum plan_mode { collective, collective_given_layout, local };
+// the ranks' shapes); without a group (this rank's half as the whole step); over the group with
+// the other kind of token passes (CUDA tensors: the host passes over copies, as before the device
+// passes; CPU tensors: tensor operations, what CUDA tensors run, here on the CPU).
+enum plan_mode { collective, collective_given_layout, local, collective_other_passes };
 
 void BM_plan(benchmark::State& state, const std::string& preset, plan_mode mode) {
   const int64_t N = state.range(0);
@@ -137,6 +142,8 @@ void BM_plan(benchmark::State& state, const std::string& preset, plan_mode mode)
     const int64_t R = b.rewards.numel();  // every rank holds R responses in groups of group_size
     opt.layout = reco::torch::step_layout{R * world, R * rank, R * rank / group_size};
   }
+  if (mode == collective_other_passes)
+    opt.passes = device.is_cpu() ? reco::torch::plan_passes::tensor_ops : reco::torch::plan_passes::host;
   int collectives = 0;
   line_up();
   for (auto _ : state) {
@@ -282,6 +289,7 @@ void register_all() {
       add("plan", BM_plan, collective);
       add("plan_given_layout", BM_plan, collective_given_layout);
       add("plan_local", BM_plan, local);
+      add(device.is_cpu() ? "plan_tensor_ops" : "plan_host_passes", BM_plan, collective_other_passes);
       add("call_planned", BM_call, true);
       add("call", BM_call, false);
       for (const bool given : {false, true})

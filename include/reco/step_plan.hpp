@@ -47,7 +47,10 @@
 // so that the average of the ranks' gradients is the step's gradient.
 //
 // Plans are host objects. Planned calls run on host-accessible backends (reco::cpu) and on
-// reco::cuda_fused, which copies the call's slice of the plan to the device with the call.
+// reco::cuda_fused, which copies the call's slice of the plan to the device with the call. The
+// plan's passes over a part's tokens run on the host; a part whose tokens live elsewhere (a GPU)
+// passes a part_token_source that runs the same reductions where they are, so that only
+// per-response values, histograms and cut candidates reach the host.
 #pragma once
 
 #include <algorithm>
@@ -55,6 +58,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -152,6 +156,35 @@ inline step_summary& step_summary::operator+=(step_summary&& o) {
   recycle(std::move(o));
   return *this;
 }
+
+// What the plan's passes find in a part's tokens, computed by the caller where the tokens are (a
+// part_token_source): per response of the part, its valid tokens and the sum over them of what
+// the weight averages (asked for when the plan reads it: old_logp, logp when on-policy); the
+// input_error bits of the values read (bad_old_logp or bad_logp for the averaged values,
+// bad_entropy for a non-finite valid entropy of a selection); the first-digit histogram of the
+// valid entropies' order-preserving keys (asked for with a cut to find: digit_histogram_size
+// counts, digit 0 empty, then the sums of each run of 256 digits).
+struct part_token_sums {
+  std::vector<index_t> valid;
+  std::vector<double> old_sum;
+  std::uint32_t status = 0;
+  std::vector<double> histogram;
+};
+
+// A part's token passes run by the caller instead of on the host's copy of its data: every step
+// of the plan that reads tokens (summarize, gather_early, plan_round) takes one and then reads no
+// per-token pointer of the batch (its per-response inputs and layout still come from the batch).
+// Each function must return what the host pass of the same name does on the same data (the
+// reductions may round differently: old_sum in another order).
+struct part_token_source {
+  // old_mean: the sums of the averaged values are wanted; entropy: the selection's entropies are
+  // checked; histogram: the first-digit histogram is wanted.
+  std::function<void(bool old_mean, bool entropy, bool histogram, part_token_sums&)> sums;
+  // detail::gather_candidates: the candidates under the key prefixes [lo, hi] of `done` bits.
+  std::function<void(int done, std::uint64_t lo, std::uint64_t hi, detail::cut_candidates&)> gather;
+  // detail::count_cut: per response, the valid tokens above and on the cut.
+  std::function<void(double cut, std::int64_t* above, std::int64_t* on)> count_cut;
+};
 
 namespace detail {
 
@@ -526,8 +559,10 @@ class step_plan {
 // errors in the values the plan reads (rewards or given advantages and weights, old_logp for a
 // weight that averages it, the entropies of a selection) are carried in the summary and thrown by
 // finish_plan on every part alike. The other per-token values are checked by the part's call.
+// `tokens` (optional): the part's token passes run where its tokens are.
 template <class Obj, class T>
-step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
+step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part,
+                       const part_token_source* tokens = nullptr) {
   using namespace detail;
   obj.validate();
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
@@ -563,7 +598,16 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   // The selection's first histogram round; when the scan would only count the mask, the pass's
   // per-response counts serve instead (one read of the mask, not two).
   std::vector<index_t> counted;
-  if (histogram) {
+  part_token_sums sums;
+  if (tokens) {
+    tokens->sums(reads.old_mean, term_on(obj.select), histogram, sums);
+    require(sums.valid.size() == static_cast<std::size_t>(R) &&
+                (!reads.old_mean || sums.old_sum.size() == static_cast<std::size_t>(R)) &&
+                (!histogram || sums.histogram.size() == plan_histogram),
+            "tokens", "returned token sums of the wrong size for the part's " + std::to_string(R) + " responses");
+    bits |= sums.status;
+    if (histogram) std::copy(sums.histogram.begin(), sums.histogram.end(), body);
+  } else if (histogram) {
     if (!reads.old_mean) counted.resize(static_cast<std::size_t>(R));
     bool nonfinite = false;
     first_digit_histogram(b, body, &nonfinite, counted.empty() ? nullptr : counted.data());
@@ -575,8 +619,14 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       token_scan t;
-      if (counted.empty()) t = scan(i);
-      else t.n = counted[static_cast<std::size_t>(i)];
+      if (tokens) {
+        t.n = sums.valid[static_cast<std::size_t>(i)];
+        if (reads.old_mean) t.old_sum = sums.old_sum[static_cast<std::size_t>(i)];
+      } else if (counted.empty()) {
+        t = scan(i);
+      } else {
+        t.n = counted[static_cast<std::size_t>(i)];
+      }
       bits |= t.status;
       double x = input ? static_cast<double>(input[i]) : 0.0;
       if (input && !finite(x)) bits |= input_bit;
@@ -811,6 +861,19 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   return plan;
 }
 
+namespace detail {
+// The host passes over a part's tokens, or the caller's where the tokens are.
+template <class T>
+void gather_part(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi, cut_candidates& out,
+                 const part_token_source* tokens) {
+  if (!tokens) return gather_candidates(b, done, lo, hi, out);
+  out.reset(done, lo, hi, b.layout.responses);
+  tokens->gather(done, lo, hi, out);
+  require(out.above.size() == static_cast<std::size_t>(b.layout.responses) && out.keys.size() == out.responses.size(),
+          "tokens", "gathered cut candidates of the wrong size");
+}
+}  // namespace detail
+
 // What a part may keep between the rounds of its plan: the tokens a cut inside the current
 // prefixes may still split (cut_candidates), gathered by the first round after the summaries, or
 // earlier by gather_early while the summaries are being summed. With it, the later rounds and the
@@ -874,14 +937,15 @@ digit_window early_window(const Obj& obj, const step_summary& local, double marg
 // same number of responses) takes them if the step's targets fall inside the window, and gathers
 // from the data if not. Needs nothing from the step: a part may gather before it knows its place.
 template <class Obj, class T>
-void gather_early(const Obj& obj, const batch_view<T>& batch, digit_window w, part_rounds& state) {
+void gather_early(const Obj& obj, const batch_view<T>& batch, digit_window w, part_rounds& state,
+                  const part_token_source* tokens = nullptr) {
   state = part_rounds{};
   if (!detail::summary_has_histogram(obj) || w.lo > w.hi) return;
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
   state.pending = sizeof(T);
   state.responses = batch.layout.responses;
   state.entropy = b.entropy;
-  detail::gather_candidates(b, detail::plan_digit_bits, w.lo, w.hi, state.candidates);
+  gather_part(b, detail::plan_digit_bits, w.lo, w.hi, state.candidates, tokens);
 }
 
 namespace detail {
@@ -914,10 +978,11 @@ inline bool cut_inside(const cut_candidates& c, std::size_t width, double cut) {
 
 // A part's summary for the plan's pending round (host memory): a histogram of its entropy keys
 // under the current prefix, or its per-response counts above and on the cut. `state` (optional)
-// keeps the part's cut candidates from one round to the next.
+// keeps the part's cut candidates from one round to the next; `tokens` (optional) reads the
+// part's tokens where they are, as for summarize.
 template <class Obj, class T>
 step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<T>& batch, const step_part& part,
-                        part_rounds* state = nullptr) {
+                        part_rounds* state = nullptr, const part_token_source* tokens = nullptr) {
   using namespace detail;
   require(!plan.complete(), "plan", "is complete; no round is pending");
   require(plan_fingerprint(obj, part.step, sizeof(T)) == plan.fingerprint(), "plan",
@@ -956,7 +1021,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
       st.first_response = part.first_response;
       st.responses = R;
       st.entropy = b.entropy;
-      gather_candidates(b, done, lo, hi, st.candidates);
+      gather_part(b, done, lo, hi, st.candidates, tokens);
     }
     const cut_candidates& c = st.candidates;
     const int shift = W - done - plan_digit_bits;
@@ -979,6 +1044,8 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
         above[i] += x > cut;
         on[i] += x == cut;
       }
+    } else if (tokens) {
+      tokens->count_cut(cut, above.data(), on.data());
     } else {
       count_cut(b, cut, above.data(), on.data());
     }

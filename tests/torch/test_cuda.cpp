@@ -133,8 +133,8 @@ reco::torch::policy_inputs responses(const torch_test::batch& b, const reco::tor
 const c10::intrusive_ptr<c10d::ProcessGroup> no_group;  // gradient accumulation in one process
 
 // Gradient accumulation on CUDA tensors: a step in three uneven micro-batches (one empty, a group
-// across two), its plan made on the host from the device tensors (build_step_plan, no process
-// group), each micro-batch's call on the device. The calls add up to one call on the whole step,
+// across two), its plan made from the device tensors (build_step_plan, no process group: the
+// token passes on the device), each micro-batch's call on the device. The calls add up to one call on the whole step,
 // and equal the same planned calls on CPU tensors.
 TEST(Cuda, PlannedMicroBatchesAddUpToTheWholeStep) {
   REQUIRE_CUDA();
@@ -161,6 +161,14 @@ TEST(Cuda, PlannedMicroBatchesAddUpToTheWholeStep) {
       opt.step = static_cast<std::uint64_t>(++step);
       const auto plan_gpu = reco::torch::build_step_plan(no_group, name, gpu, {}, opt);
       const auto plan_cpu = reco::torch::build_step_plan(no_group, name, cpu, {}, opt);
+      // The device's token passes (the default for CUDA tensors) against the host passes over
+      // copies of the same tensors, and over the CPU tensors.
+      opt.passes = reco::torch::plan_passes::host;
+      const auto plan_copied = reco::torch::build_step_plan(no_group, name, gpu, {}, opt);
+      EXPECT_EQ(plan_gpu.plan.kept(), plan_copied.plan.kept());
+      EXPECT_EQ(plan_gpu.plan.kept(), plan_cpu.plan.kept());
+      EXPECT_EQ(plan_gpu.plan.cut().value, plan_cpu.plan.cut().value);
+      EXPECT_EQ(plan_gpu.plan.cut().ties, plan_cpu.plan.cut().ties);
       double loss = 0;
       const double tol = dt == at::kDouble ? 1e-12 : 1e-6;
       for (size_t p = 0; p < gpu.size(); ++p) {

@@ -21,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include "reco/torch/gloo_group.hpp"
 
+#include "reco/torch/detail/plan_token_passes.hpp"
 #include "reco/torch/policy_loss.hpp"
 #include "reco/torch/step_plan.hpp"
 
@@ -104,7 +105,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& path, int r
 }
 
 // One rank of a (W, M) run over every preset and both value types; returns the failures seen.
-int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int world, int micro) {
+int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int world, int micro,
+             reco::torch::plan_passes passes = reco::torch::plan_passes::automatic) {
   int failures = 0;
   const step_data s = make_step(42);
   std::uint64_t step_id = 1;
@@ -120,6 +122,7 @@ int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int 
       }
       reco::torch::step_options opt;
       opt.step = step_id++;
+      opt.passes = passes;
       const auto plan = reco::torch::build_step_plan(group, preset, mbs, {}, opt);
       // This rank's gradient over the whole step's tokens (zeros elsewhere) and its loss.
       at::Tensor grad = at::zeros({s.N + 1}, at::kDouble);
@@ -214,6 +217,177 @@ TEST(StepPlanTorch, AccumulationWithoutProcessGroup) {
     return run_rank(c10::intrusive_ptr<c10d::ProcessGroup>(), 0, 1, 3) == 0 ? 0 : 1;
   });
   EXPECT_EQ(codes[0], 0);
+}
+
+// The plan's token passes as tensor operations (what CUDA micro-batches run on the device), here
+// on CPU tensors: the same split-invariant steps over 2 ranks x 3 micro-batches.
+TEST(StepPlanTorch, TensorPassesOverTwoRanks) {
+  const auto codes = spawn(2, 120, [](int rank, const std::string& path) {
+    auto group = make_group(path, rank, 2, 30000);
+    return run_rank(group, rank, 2, 3, reco::torch::plan_passes::tensor_ops) == 0 ? 0 : 1;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+// Responses [a, b) of the step as a padded [R, T] micro-batch (3 slots of padding after the
+// longest response, masked, holding valid-looking values).
+reco::torch::policy_inputs padded_inputs(const step_data& s, index_t a, index_t b, at::ScalarType dt) {
+  std::int64_t T = 0;
+  for (index_t i = a; i < b; ++i) T = std::max<std::int64_t>(T, s.offsets[i + 1] - s.offsets[i]);
+  T += 3;
+  const std::int64_t R = b - a;
+  std::vector<double> logp(R * T, -1.0), old_logp(R * T, -1.0), ref_logp(R * T, -1.0), entropy(R * T, 0.5);
+  std::vector<std::uint8_t> mask(R * T, 0);
+  for (index_t i = a; i < b; ++i)
+    for (std::int64_t t = s.offsets[i], j = 0; t < s.offsets[i + 1]; ++t, ++j) {
+      const std::int64_t k = (i - a) * T + j;
+      logp[k] = s.logp[t];
+      old_logp[k] = s.old_logp[t];
+      ref_logp[k] = s.ref_logp[t];
+      entropy[k] = s.entropy[t];
+      mask[k] = s.mask[t];
+    }
+  auto matrix = [&](const std::vector<double>& v) { return at::tensor(v, at::kDouble).view({R, T}).to(dt); };
+  reco::torch::policy_inputs in;
+  in.logp = matrix(logp).requires_grad_(true);
+  in.old_logp = matrix(old_logp);
+  in.ref_logp = matrix(ref_logp);
+  in.entropy = matrix(entropy);
+  in.mask = at::tensor(mask, at::kByte).view({R, T}).to(at::kBool);
+  in.rewards = doubles(s.rewards, a, b, dt);
+  in.prompt_ids = at::tensor(std::vector<std::int64_t>(s.prompt_ids.begin() + a, s.prompt_ids.begin() + b), at::kLong);
+  return in;
+}
+
+double relative_error(const at::Tensor& x, const at::Tensor& ref) {
+  const double scale = std::max(ref.abs().max().item<double>(), 1e-300);
+  return (x.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+// The token passes as tensor operations make the host passes' plan: the same cut, kept counts and
+// planned calls (the old log-probabilities' per-response sums may round differently), for every
+// preset, both value types, packed and padded micro-batches; and, without state, the same
+// summaries round by round (plan_summary, as the Python ops run it).
+TEST(StepPlanTorch, TensorPassesMakeTheHostPlan) {
+  const step_data s = make_step(21);
+  const auto bounds = part_bounds(s.R, 3, 5);
+  std::uint64_t id = 1;
+  int compared = 0, later_rounds = 0;
+  for (const std::string& preset : reco::torch::preset_names()) {
+    if (preset == "clip_cov" || preset == "kl_cov") continue;
+    for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
+      const double tol = dt == at::kDouble ? 1e-13 : 1e-6;
+      for (bool padded : {false, true}) {
+        auto micro = [&] {
+          std::vector<reco::torch::policy_inputs> mbs;
+          for (int j = 0; j < 3; ++j)
+            mbs.push_back(padded ? padded_inputs(s, bounds[j], bounds[j + 1], dt) : inputs(s, bounds[j], bounds[j + 1], dt));
+          return mbs;
+        };
+        const std::string what = preset + (dt == at::kDouble ? " float64 " : " float32 ") + (padded ? "padded" : "packed");
+        std::vector<reco::torch::policy_inputs> host_mbs = micro(), tensor_mbs = micro();
+        reco::torch::step_options opt;
+        opt.step = id++;
+        opt.passes = reco::torch::plan_passes::host;
+        const auto host = reco::torch::build_step_plan({}, preset, host_mbs, {}, opt);
+        opt.passes = reco::torch::plan_passes::tensor_ops;
+        const auto tensor = reco::torch::build_step_plan({}, preset, tensor_mbs, {}, opt);
+        EXPECT_EQ(host.collectives, tensor.collectives) << what;
+        EXPECT_EQ(host.plan.kept(), tensor.plan.kept()) << what;
+        EXPECT_EQ(host.plan.cut().value, tensor.plan.cut().value) << what;
+        EXPECT_EQ(host.plan.cut().ties, tensor.plan.cut().ties) << what;
+        for (std::size_t j = 0; j < 3; ++j) {
+          auto oh = reco::torch::policy_loss(preset, host_mbs[j], {}, host, j);
+          auto ot = reco::torch::policy_loss(preset, tensor_mbs[j], {}, tensor, j);
+          oh.loss.backward();
+          ot.loss.backward();
+          EXPECT_LE(std::fabs(oh.loss.item<double>() - ot.loss.item<double>()),
+                    tol * std::max(1.0, std::fabs(oh.loss.item<double>())))
+              << what << " micro-batch " << j;
+          if (host_mbs[j].logp.grad().defined() && host_mbs[j].logp.numel() > 0) {
+            EXPECT_LE(relative_error(tensor_mbs[j].logp.grad(), host_mbs[j].logp.grad()), tol) << what;
+          }
+        }
+        // Stateless, the whole step as one part: the summaries of every round.
+        const reco::torch::policy_inputs whole = padded ? padded_inputs(s, 0, s.R, dt) : inputs(s, 0, s.R, dt);
+        reco::step_part part;
+        part.step.id = id++;
+        part.step.responses = s.R;
+        std::vector<at::Tensor> summed;
+        for (int round = 0; round < 8; ++round) {
+          const at::Tensor h = reco::torch::plan_summary(preset, {}, part, whole, summed, reco::torch::plan_passes::host);
+          const at::Tensor t =
+              reco::torch::plan_summary(preset, {}, part, whole, summed, reco::torch::plan_passes::tensor_ops);
+          ASSERT_EQ(h.numel(), t.numel()) << what << " round " << round;
+          if (h.numel() == 0) break;
+          EXPECT_LE((h - t).abs().max().item<double>(), 1e-13 * std::max(1.0, h.abs().max().item<double>()))
+              << what << " round " << round;
+          summed.push_back(h);
+          ++compared;
+          later_rounds += round > 0;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 100);
+  EXPECT_GE(later_rounds, 24);  // the 80/20 presets' histogram and cut-count rounds
+}
+
+// The first-digit histogram as private histograms of runs of tokens (what a GPU runs), against
+// a count by hand; digit 0 of the padding is the only difference allowed.
+TEST(StepPlanTorch, DigitCountsInRuns) {
+  std::mt19937_64 rng(5);
+  for (std::int64_t n : {0, 1, 6, 7, 100, 1000, 4099}) {
+    std::vector<std::int64_t> d(static_cast<std::size_t>(n));
+    for (auto& x : d) x = rng() % 4 == 0 ? static_cast<std::int64_t>(rng() % 65536) : 48000 + static_cast<std::int64_t>(rng() % 3);
+    std::vector<std::int64_t> expect(65536, 0);
+    for (auto x : d) ++expect[static_cast<std::size_t>(x)];
+    const at::Tensor t = at::tensor(d, at::kLong);
+    for (std::int64_t blocks : {1, 2, 7, 64}) {
+      const at::Tensor c = reco::torch::detail::digit_counts(t, blocks);
+      ASSERT_EQ(c.numel(), 65536);
+      const std::int64_t* p = c.data_ptr<std::int64_t>();
+      for (std::size_t k = 1; k < 65536; ++k) ASSERT_EQ(p[k], expect[k]) << "n " << n << " blocks " << blocks << " digit " << k;
+    }
+  }
+}
+
+// Bad values the plan reads are named alike by both kinds of passes.
+TEST(StepPlanTorch, TensorPassesNameBadValues) {
+  const step_data s = make_step(22);
+  for (auto passes : {reco::torch::plan_passes::host, reco::torch::plan_passes::tensor_ops}) {
+    for (bool padded : {false, true}) {
+      auto mb = [&] { return padded ? padded_inputs(s, 0, s.R, at::kFloat) : inputs(s, 0, s.R, at::kFloat); };
+      reco::torch::step_options opt;
+      opt.passes = passes;
+      auto expect = [&](const char* preset, const reco::torch::policy_inputs& in, const char* argument) {
+        try {
+          reco::torch::build_step_plan({}, preset, {in}, {}, opt);
+          ADD_FAILURE() << preset << ": no error, expected one naming " << argument;
+        } catch (const reco::error& e) {
+          EXPECT_EQ(e.argument(), argument) << e.what();
+        }
+      };
+      // The first valid token of the step (a response's first token is never masked here).
+      index_t first = 0;
+      while (s.offsets[first + 1] == s.offsets[first]) ++first;
+      const std::int64_t flat = padded ? 0 : s.offsets[first];
+      auto with = [&](at::Tensor reco::torch::policy_inputs::*field, double v) {
+        reco::torch::policy_inputs in = mb();
+        at::Tensor t = (in.*field).detach().clone();
+        if (padded) t[first][0] = v; else t[flat] = v;
+        in.*field = t;
+        return in;
+      };
+      expect("rule_80_20", with(&reco::torch::policy_inputs::entropy, std::nan("")), "batch.entropy");
+      expect("rule_80_20", with(&reco::torch::policy_inputs::entropy, HUGE_VAL), "batch.entropy");
+      expect("reco", with(&reco::torch::policy_inputs::old_logp, 0.5), "batch.old_logp");
+      reco::torch::policy_inputs on_policy = with(&reco::torch::policy_inputs::logp, 0.5);
+      on_policy.old_logp = at::Tensor();
+      expect("reco", on_policy, "batch.logp");
+    }
+  }
 }
 
 // Exit 0 when build_step_plan throws reco::error naming `argument`.

@@ -2,9 +2,11 @@
 #include "reco/torch/step_plan.hpp"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "reco/torch/detail/plan_token_passes.hpp"
 #include "presets.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -37,12 +39,13 @@ void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::s
   ++count;
 }
 
-// A micro-batch whose tensors are on a CUDA device, as the plan's passes read it on the host (the
-// plan is made on the host; the calls of the step then run on the device with it): copies of the
-// mask, the per-response inputs and the per-token values the plan reads (ops.reads_*); the other
+// A micro-batch whose tensors are on a CUDA device, as the plan's host steps read it (the plan is
+// made on the host; the calls of the step then run on the device with it): copies of the
+// per-response inputs and the layout, and, unless the token passes run on the device
+// (`tokens_stay`), of the mask and the per-token values the plan reads (ops.reads_*); the other
 // per-token inputs become host tensors of their shape, never filled (the plan checks their shapes
 // only: a micro-batch for a plan is converted without value checks, which its call makes).
-policy_inputs on_host(const policy_inputs& in, const detail::plan_ops& ops) {
+policy_inputs on_host(const policy_inputs& in, const detail::plan_ops& ops, bool tokens_stay) {
   policy_inputs h = in;
   auto copy = [](at::Tensor& t) {
     if (t.defined()) t = t.detach().to(at::kCPU);
@@ -50,13 +53,14 @@ policy_inputs on_host(const policy_inputs& in, const detail::plan_ops& ops) {
   auto shape_only = [](at::Tensor& t) {
     if (t.defined()) t = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
   };
-  for (at::Tensor* t : {&h.mask, &h.offsets, &h.rewards, &h.advantages, &h.token_advantages, &h.group_offsets,
-                        &h.prompt_ids, &h.response_weights, &h.rollout_logp})
+  for (at::Tensor* t : {&h.offsets, &h.rewards, &h.advantages, &h.token_advantages, &h.group_offsets, &h.prompt_ids,
+                        &h.response_weights, &h.rollout_logp})
     copy(*t);
-  const bool old_mean = ops.reads_old_mean && !in.rollout_logp.defined();
+  const bool old_mean = !tokens_stay && ops.reads_old_mean && !in.rollout_logp.defined();
+  if (tokens_stay) shape_only(h.mask); else copy(h.mask);
   if (old_mean && !in.old_logp.defined()) copy(h.logp); else shape_only(h.logp);
   if (old_mean) copy(h.old_logp); else shape_only(h.old_logp);
-  if (ops.reads_entropy) copy(h.entropy); else shape_only(h.entropy);
+  if (ops.reads_entropy && !tokens_stay) copy(h.entropy); else shape_only(h.entropy);
   shape_only(h.ref_logp);
   shape_only(h.token_weights);
   h.plan = nullptr;
@@ -72,6 +76,12 @@ at::Device device_of(const std::vector<policy_inputs>& micro_batches) {
       fail("micro_batches", "are on different devices (" + d.str() + " and " + micro_batches[j].logp.device().str() +
                                 "): a step's micro-batches must share one");
   return d;
+}
+
+// Whether a micro-batch's token passes run as tensor operations where it is (step_options::passes).
+bool tensor_passes_for(plan_passes passes, const at::Device& device, const policy_inputs& in) {
+  if (!detail::tensor_token_passes::applies(in)) return false;
+  return passes == plan_passes::tensor_ops || (passes == plan_passes::automatic && !device.is_cpu());
 }
 
 // Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
@@ -133,14 +143,19 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     out.world_size = group->getSize();
   }
   const at::Device device = device_of(micro_batches);
-  // This rank's micro-batches, converted once (from host copies when they are on a CUDA device).
+  // This rank's micro-batches, converted once (from host copies when they are on a CUDA device),
+  // and their token passes on their device where they run there.
   std::vector<request_owner> reqs;
   std::vector<part_shape> shapes;
+  std::vector<std::unique_ptr<tensor_token_passes>> passes;
   for (const auto& mb : micro_batches) {
-    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb, ops);
+    const bool on_device = tensor_passes_for(options.passes, device, mb);
+    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb, ops, on_device);
     reqs.push_back(make_request(host, needs));
     shapes.push_back(shape_of_part(host, reqs.back().request));
+    passes.push_back(on_device ? std::make_unique<tensor_token_passes>(mb, reqs.back().request.use_double) : nullptr);
   }
+  auto tokens = [&](std::size_t j) { return passes[j] ? &passes[j]->source() : nullptr; };
   // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
   // boundary prompt ids.
   part_shape mine;
@@ -209,8 +224,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   try {
     for (std::size_t j = 0; j < reqs.size(); ++j) {
-      reco::step_summary s = ops.summarize(reqs[j].request, out.parts[j]);
-      if (group) ops.gather_early(reqs[j].request, s, states[j]);
+      reco::step_summary s = ops.summarize(reqs[j].request, out.parts[j], tokens(j));
+      if (group) ops.gather_early(reqs[j].request, s, states[j], tokens(j));
       total_summary += std::move(s);
     }
   } catch (...) {
@@ -283,7 +298,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)
-      round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j]);
+      round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j], tokens(j));
     sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives, device);
     out.plan.advance(round);
     reco::recycle(std::move(round));
@@ -329,23 +344,28 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
 }  // namespace detail
 
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
-                        const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed) {
+                        const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed,
+                        plan_passes passes) {
   const bool given = in.gives_advantages();
   const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
-  // On a CUDA device: the plan's passes read host copies, and the summary goes back to the device
-  // (where NCCL sums it).
+  // On a CUDA device: the plan's token passes run there (or read host copies), and the summary
+  // goes back to the device (where NCCL sums it).
   const at::Device device = in.logp.defined() ? in.logp.device() : at::Device(at::kCPU);
   const detail::plan_ops ops = detail::plan_ops_on(preset, overrides, given, device.is_cuda());
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
-  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in, ops), needs);
+  const bool on_device = tensor_passes_for(passes, device, in);
+  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in, ops, on_device), needs);
+  std::unique_ptr<detail::tensor_token_passes> tp;
+  if (on_device) tp = std::make_unique<detail::tensor_token_passes>(in, q.request.use_double);
+  const reco::part_token_source* tokens = tp ? &tp->source() : nullptr;
   reco::step_summary s;
   if (summed.empty()) {
-    s = ops.summarize(q.request, part);
+    s = ops.summarize(q.request, part, tokens);
   } else {
     const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
-    s = ops.round(plan, q.request, part, nullptr);  // stateless: the round reads the data
+    s = ops.round(plan, q.request, part, nullptr, tokens);  // stateless: the round reads the data
   }
   return at::tensor(s.values, at::kDouble).to(device);
 }

@@ -54,22 +54,30 @@ RECO_HOST_DEVICE inline void take_planned_response(const plan_call& p, const res
   r.capped[i] = p.capped[i];
 }
 
-// Per response: the kept flags from the step's cut; ties are kept in position order.
+// What the kept-flag steps below read and write: the call's layout, entropies and mask, its plan,
+// and the flags.
 template <class T>
-struct planned_kept_fn {
+struct planned_kept_args {
   token_layout layout;
   const T* values;
   const std::uint8_t* mask;
   plan_call plan;  // by value: its arrays are in the backend's memory, the struct itself is not
   std::uint8_t* kept;
+  RECO_HOST_DEVICE bool valid(index_t t) const { return mask == nullptr || mask[t] != 0; }
+  RECO_HOST_DEVICE double value(index_t t) const { return static_cast<double>(values[t]); }
+};
+
+// Per response: the kept flags from the step's cut; ties are kept in position order.
+template <class T>
+struct planned_kept_fn {
+  planned_kept_args<T> a;
   RECO_HOST_DEVICE void operator()(index_t i) const {
-    const double cut = plan.cut.value;
-    index_t budget = plan.ties[i];
-    const index_t e = layout.end(i);
-    for (index_t t = layout.begin(i); t < e; ++t) {
+    const double cut = a.plan.cut.value;
+    index_t budget = a.plan.ties[i];
+    for (index_t t = a.layout.begin(i), e = a.layout.end(i); t < e; ++t) {
       std::uint8_t k = 0;
-      if (mask == nullptr || mask[t] != 0) {
-        const double h = static_cast<double>(values[t]);
+      if (a.valid(t)) {
+        const double h = a.value(t);
         if (h > cut) {
           k = 1;
         } else if (h == cut) {
@@ -81,7 +89,7 @@ struct planned_kept_fn {
           }
         }
       }
-      kept[t] = k;
+      a.kept[t] = k;
     }
   }
 };
@@ -90,19 +98,14 @@ struct planned_kept_fn {
 // tokens on the cut except where ties[i] > 0, which planned_partial_ties_fn then walks.
 template <class T>
 struct planned_kept_token_fn {
-  token_layout layout;
-  const T* values;
-  const std::uint8_t* mask;
-  plan_call plan;
-  std::uint8_t* kept;
+  planned_kept_args<T> a;
   RECO_HOST_DEVICE void operator()(index_t t) const {
     std::uint8_t k = 0;
-    if (mask == nullptr || mask[t] != 0) {
-      const double h = static_cast<double>(values[t]);
-      const double cut = plan.cut.value;
-      k = h > cut || (h == cut && plan.ties[layout.response_of(t)] < 0) ? 1 : 0;
+    if (a.valid(t)) {
+      const double h = a.value(t), cut = a.plan.cut.value;
+      k = h > cut || (h == cut && a.plan.ties[a.layout.response_of(t)] < 0) ? 1 : 0;
     }
-    kept[t] = k;
+    a.kept[t] = k;
   }
 };
 
@@ -110,16 +113,12 @@ struct planned_kept_token_fn {
 // order, of the response (at most one in the step) that keeps some of them but not all.
 template <class T>
 struct planned_partial_ties_fn {
-  token_layout layout;
-  const T* values;
-  const std::uint8_t* mask;
-  plan_call plan;
-  std::uint8_t* kept;
+  planned_kept_args<T> a;
   RECO_HOST_DEVICE void operator()(index_t i) const {
-    index_t budget = plan.ties[i];
-    for (index_t t = layout.begin(i), e = layout.end(i); budget > 0 && t < e; ++t)
-      if ((mask == nullptr || mask[t] != 0) && static_cast<double>(values[t]) == plan.cut.value) {
-        kept[t] = 1;
+    index_t budget = a.plan.ties[i];
+    for (index_t t = a.layout.begin(i), e = a.layout.end(i); budget > 0 && t < e; ++t)
+      if (a.valid(t) && a.value(t) == a.plan.cut.value) {
+        a.kept[t] = 1;
         --budget;
       }
   }

@@ -123,7 +123,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   } else if constexpr (Objective::selector_type::active) {
     if (st.selection) {
       if (plan != nullptr) {
-        be.for_each(R, planned_kept_fn<T>{b.layout, b.entropy, b.mask, *plan, sc.kept});
+        be.for_each(R, planned_kept_fn<T>{{b.layout, b.entropy, b.mask, *plan, sc.kept}});
       } else {
         select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
       }

@@ -111,8 +111,8 @@ void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& b
   } else if constexpr (Obj::selector_type::active) {
     if (p.st.selection) {
       if (step_plan != nullptr) {
-        be.for_each(N, planned_kept_token_fn<T>{b.layout, b.entropy, b.mask, *step_plan, sc.kept});
-        be.for_each(R, planned_partial_ties_fn<T>{b.layout, b.entropy, b.mask, *step_plan, sc.kept});
+        be.for_each(N, planned_kept_token_fn<T>{{b.layout, b.entropy, b.mask, *step_plan, sc.kept}});
+        be.for_each(R, planned_partial_ties_fn<T>{{b.layout, b.entropy, b.mask, *step_plan, sc.kept}});
         be.for_each(R, kept_count_fn{b.layout, sc.kept, sc.r.kept});
         be.for_each(R, planned_kept_check_fn{sc.r.kept, *step_plan, &s->status});
       } else {

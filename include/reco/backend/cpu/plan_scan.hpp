@@ -340,6 +340,16 @@ struct cut_candidates {
   std::vector<std::uint64_t> keys;   // the valid tokens inside it
   std::vector<index_t> responses;    // ... and their responses (in the part)
 
+  // Empty, for the prefixes [lo, hi] of `done` bits of a part of R responses.
+  void reset(int done_now, std::uint64_t lo_now, std::uint64_t hi_now, index_t R) {
+    done = done_now;
+    lo = lo_now;
+    hi = hi_now;
+    above.assign(static_cast<std::size_t>(R), 0);
+    keys.clear();
+    responses.clear();
+  }
+
   // Drops what falls outside [lo, hi] at `done` bits (done >= this->done; a key has `width` bits),
   // counting what lies above.
   void narrow(int width, int done_now, std::uint64_t lo_now, std::uint64_t hi_now) {
@@ -419,12 +429,7 @@ struct gather_pass {
 template <class T>
 void gather_candidates(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi,
                        cut_candidates& out) {
-  out.done = done;
-  out.lo = lo;
-  out.hi = hi;
-  out.above.assign(static_cast<std::size_t>(b.layout.responses), 0);
-  out.keys.clear();
-  out.responses.clear();
+  out.reset(done, lo, hi, b.layout.responses);
 #if RECO_SIMD
   simd::run_widest<gather_pass<T>>(b, done, lo, hi, out);
 #else

@@ -18,8 +18,10 @@
 // given), one all-reduce SUM of the summaries (which carry the first histogram of an 80/20 cut),
 // and for the 80/20 presets 1 (float) or 3 (double) more histogram all-reduces plus one of the
 // per-response cut counts. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
-// plan is made on the host from copies of what it reads, its collectives run on CUDA tensors of
-// the micro-batches' device (NCCL or Gloo), and the calls run on the device. A rank that does not
+// plan's passes over the tokens run as tensor operations on the device (step_options::passes),
+// only per-response values, the cut's histogram and candidates come to the host, the collectives
+// run on CUDA tensors of the micro-batches' device (NCCL or Gloo), and the calls run on the
+// device. A rank that does not
 // join fails after the process group's timeout (ProcessGroupGloo::Options::timeout) with a
 // reco::error naming "process_group". Ranks that disagree on the step id, the preset or its
 // overrides fail with a reco::error naming "plan". group may be null: gradient accumulation in
@@ -52,12 +54,21 @@ struct step_layout {
   bool given() const { return step_responses >= 0; }
 };
 
+// Where the plan's passes over the micro-batches' tokens run. automatic: the library's host passes
+// for CPU tensors, tensor operations on the device for CUDA tensors. host: the host passes (CUDA
+// micro-batches are copied to the host: the mask and the values the plan reads). tensor_ops:
+// tensor operations wherever the tensors are. All give the same plan (the per-response sums of
+// old log-probabilities may round differently). Micro-batches with token_advantages or
+// rollout_logp always use the host passes.
+enum class plan_passes { automatic, host, tensor_ops };
+
 struct step_options {
   std::uint64_t step = 0;  // the step id (a counter), the same on every rank
   // The wrapper averages gradients over the W ranks (DDP, FSDP): the plan multiplies each rank's
   // loss and gradient by W so that the average is the step's gradient. false: plain sum.
   bool average_over_ranks = true;
   step_layout layout{};  // optional (see step_layout)
+  plan_passes passes = plan_passes::automatic;
 };
 
 // A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.
@@ -101,7 +112,8 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
 // plan is complete; the planned policy_loss runs the micro-batch with the plan those summaries
 // give. part.step.config is set from the preset and overrides.
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
-                        const reco::step_part& part, const policy_inputs& in, const std::vector<at::Tensor>& summed);
+                        const reco::step_part& part, const policy_inputs& in, const std::vector<at::Tensor>& summed,
+                        plan_passes passes = plan_passes::automatic);
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const reco::step_part& part,
                           const std::vector<at::Tensor>& summed);

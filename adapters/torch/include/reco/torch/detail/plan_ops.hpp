@@ -17,8 +17,8 @@ plan_ops plan_ops_for(const Objective& obj) {
   plan_ops ops;
   ops.reads_old_mean = reco::detail::needs_old_mean(obj.weight);
   ops.reads_entropy = reco::stages_of(obj).selection;
-  ops.summarize = [obj](const run_request& q, const reco::step_part& part) {
-    return q.use_double ? reco::summarize(obj, q.batch_d, part) : reco::summarize(obj, q.batch_f, part);
+  ops.summarize = [obj](const run_request& q, const reco::step_part& part, const reco::part_token_source* tokens) {
+    return q.use_double ? reco::summarize(obj, q.batch_d, part, tokens) : reco::summarize(obj, q.batch_f, part, tokens);
   };
   ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,
                     index_t first_response, index_t first_group) {
@@ -27,15 +27,16 @@ plan_ops plan_ops_for(const Objective& obj) {
   ops.finish = [obj](const reco::step_info& step, const reco::step_summary& total) {
     return reco::finish_plan(obj, step, total);
   };
-  ops.gather_early = [obj](const run_request& q, const reco::step_summary& own, reco::part_rounds& state) {
+  ops.gather_early = [obj](const run_request& q, const reco::step_summary& own, reco::part_rounds& state,
+                           const reco::part_token_source* tokens) {
     const reco::digit_window w = reco::early_window(obj, own);
-    if (q.use_double) reco::gather_early(obj, q.batch_d, w, state);
-    else reco::gather_early(obj, q.batch_f, w, state);
+    if (q.use_double) reco::gather_early(obj, q.batch_d, w, state, tokens);
+    else reco::gather_early(obj, q.batch_f, w, state, tokens);
   };
   ops.round = [obj](const reco::step_plan& plan, const run_request& q, const reco::step_part& part,
-                    reco::part_rounds* state) {
-    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part, state)
-                        : reco::plan_round(obj, plan, q.batch_f, part, state);
+                    reco::part_rounds* state, const reco::part_token_source* tokens) {
+    return q.use_double ? reco::plan_round(obj, plan, q.batch_d, part, state, tokens)
+                        : reco::plan_round(obj, plan, q.batch_f, part, state, tokens);
   };
   return ops;
 }

@@ -44,21 +44,26 @@ using runner = std::function<void(const run_request&, objective_result& host_res
 // The plan steps of one objective on a run_request's batch (host memory): a part's summary, its move from
 // a provisional place in the step to its real one (reco::place_summary), the plan from the summed
 // summaries, the cut's candidates gathered early, and a part's summary of the plan's pending round.
+// Each step that reads tokens takes an optional reco::part_token_source: the micro-batch's token
+// passes as tensor operations on its device (the run_request then holds host copies of its
+// per-response inputs and layout only).
 struct plan_ops {
   // Which per-token values the plan reads besides the mask: old_logp (logp when on-policy) for a
-  // weight that averages it, the entropies for a token selector. (The CUDA adapter copies only
-  // these to the host.)
+  // weight that averages it, the entropies for a token selector.
   bool reads_old_mean = true;
   bool reads_entropy = true;
-  std::function<reco::step_summary(const run_request&, const reco::step_part&)> summarize;
+  std::function<reco::step_summary(const run_request&, const reco::step_part&, const reco::part_token_source*)>
+      summarize;
   std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
                      index_t first_response, index_t first_group)>
       place;
   std::function<reco::step_plan(const reco::step_info&, const reco::step_summary&)> finish;
   // A part's cut candidates gathered right after its own summary (reco::early_window, gather_early).
-  std::function<void(const run_request&, const reco::step_summary& own, reco::part_rounds&)> gather_early;
+  std::function<void(const run_request&, const reco::step_summary& own, reco::part_rounds&,
+                     const reco::part_token_source*)>
+      gather_early;
   std::function<reco::step_summary(const reco::step_plan&, const run_request&, const reco::step_part&,
-                                   reco::part_rounds*)>
+                                   reco::part_rounds*, const reco::part_token_source*)>
       round;
 };
 

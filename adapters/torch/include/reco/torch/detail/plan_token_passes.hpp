@@ -1,0 +1,52 @@
+// The step plan's passes over a micro-batch's tokens as tensor operations on the tensors' own
+// device (reco::part_token_source): for CUDA micro-batches, the plan reads per-response values,
+// the cut's first-digit histogram and its few candidates from the device instead of copying the
+// per-token inputs to the host. The same operations run on CPU tensors (the tests compare them
+// with the host passes there).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "reco/step_plan.hpp"
+#include "reco/torch/policy_loss.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
+
+// Counts of the values 0 .. 2^16 - 1 in d (1-D int64), as `blocks` histograms of consecutive runs
+// of d summed (blocks <= 1: one).
+at::Tensor digit_counts(const at::Tensor& d, std::int64_t blocks);
+
+class tensor_token_passes {
+ public:
+  // `in` has passed the request's checks (shapes, dtypes); use_double: the plan's value type
+  // (float64 inputs) rather than float32.
+  tensor_token_passes(const policy_inputs& in, bool use_double);
+  const reco::part_token_source& source() const { return source_; }
+
+  // Whether the passes can read this micro-batch where it is: not with per-token advantages or
+  // rollout log-probabilities (read on the host: the plan copies them).
+  static bool applies(const policy_inputs& in) {
+    return !in.token_advantages.defined() && !in.rollout_logp.defined();
+  }
+
+ private:
+  void sums(bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) const;
+  void gather(int done, std::uint64_t lo, std::uint64_t hi, reco::detail::cut_candidates& out) const;
+  void count_cut(double cut, std::int64_t* above, std::int64_t* on) const;
+  // Per response, the sum of a float64 tensor of the tokens' shape.
+  at::Tensor per_response(const at::Tensor& x) const;
+  // The valid tokens (bool, the tokens' shape).
+  at::Tensor valid() const;
+
+  bool use_double_ = false;
+  bool packed_ = false;
+  std::int64_t responses_ = 0, width_ = 0;  // R, and T of a padded layout
+  at::Tensor logp_, old_logp_, entropy_, mask_, offsets_;
+  reco::part_token_source source_;
+};
+
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END

@@ -1,0 +1,199 @@
+// The step plan's token passes as tensor operations (plan_token_passes.hpp). Each pass ends in one
+// copy to the host of everything it found, concatenated as float64 (counts below 2^53 are exact).
+#include "reco/torch/detail/plan_token_passes.hpp"
+
+#include <cfloat>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+RECO_NAMESPACE_BEGIN
+namespace torch {
+namespace detail {
+namespace {
+
+// The top 16 bits of the order-preserving keys of x's values (reco::detail::order_key_bits), as
+// int64: the sign bit of a non-negative value flipped, every bit of a negative one; -0 as +0.
+at::Tensor first_digits(const at::Tensor& x) {
+  const at::Tensor v = x + 0;  // -0 + 0 = +0: the two share a key
+  if (x.scalar_type() == at::kFloat) {
+    const at::Tensor u = v.view(at::kInt);
+    const at::Tensor key = at::bitwise_xor(u, at::bitwise_or(u.__rshift__(31), std::numeric_limits<std::int32_t>::min()));
+    return at::bitwise_and(key.__rshift__(16), 0xffff).to(at::kLong);  // the shift extends the sign: masked off
+  }
+  const at::Tensor u = v.view(at::kLong);
+  const at::Tensor key = at::bitwise_xor(u, at::bitwise_or(u.__rshift__(63), std::numeric_limits<std::int64_t>::min()));
+  return at::bitwise_and(key.__rshift__(48), 0xffff);
+}
+
+}  // namespace
+
+at::Tensor digit_counts(const at::Tensor& d, std::int64_t blocks) {
+  constexpr auto D = static_cast<std::int64_t>(reco::detail::key_digits);
+  const std::int64_t n = d.numel();
+  if (blocks <= 1 || n < blocks) return at::bincount(d, {}, D);
+  const std::int64_t per = (n + blocks - 1) / blocks;
+  // Padded with digit 0 (never counted) to `blocks` runs of `per` tokens, run b's digits moved to
+  // [b D, (b + 1) D).
+  const at::Tensor runs = at::constant_pad_nd(d, {0, per * blocks - n}, 0).view({blocks, per});
+  const at::Tensor shifted = runs + at::arange(blocks, d.options()).mul_(D).unsqueeze(1);
+  return at::bincount(shifted.flatten(), {}, blocks * D).view({blocks, D}).sum(0);
+}
+
+namespace {
+
+template <class T>
+void gather_bounds(int done, std::uint64_t lo, std::uint64_t hi, double& from, double& up) {
+  using K = reco::detail::key_bits<T>;
+  const int shift = static_cast<int>(sizeof(T) * 8) - done;
+  from = static_cast<double>(reco::detail::key_threshold<T>(static_cast<K>(lo << shift)));
+  up = (hi + 1) >> done ? std::numeric_limits<double>::infinity()
+                        : static_cast<double>(reco::detail::key_threshold<T>(static_cast<K>((hi + 1) << shift)));
+}
+
+template <class T>
+std::uint64_t key_of(double v) {
+  return reco::detail::order_key_bits(static_cast<T>(v));
+}
+
+}  // namespace
+
+tensor_token_passes::tensor_token_passes(const policy_inputs& in, bool use_double) : use_double_(use_double) {
+  logp_ = in.logp.detach();
+  // The plan's copies on the host passed the request's checks; the device is checked here (the
+  // passes read these tensors where they are).
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{in.old_logp, "old_logp"},
+                                {in.entropy, "entropy"}, {in.mask, "mask"}, {in.offsets, "offsets"}})
+    if (t.defined() && t.device() != logp_.device())
+      reco::detail::fail(name, "is on " + t.device().str() + ", logp on " + logp_.device().str() +
+                                   ": a micro-batch's tensors must share one device");
+  packed_ = in.offsets.defined();
+  if (packed_) {
+    offsets_ = in.offsets.detach().to(logp_.device(), at::kLong).contiguous();
+    responses_ = offsets_.numel() - 1;
+  } else {
+    responses_ = logp_.size(0);
+    width_ = logp_.size(1);
+  }
+  if (in.old_logp.defined()) old_logp_ = in.old_logp.detach();
+  if (in.entropy.defined()) entropy_ = in.entropy.detach().to(use_double ? at::kDouble : at::kFloat);
+  if (in.mask.defined()) mask_ = in.mask.detach().to(logp_.device(), at::kBool);
+  source_.sums = [this](bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) {
+    sums(old_mean, entropy, histogram, out);
+  };
+  source_.gather = [this](int done, std::uint64_t lo, std::uint64_t hi, reco::detail::cut_candidates& out) {
+    gather(done, lo, hi, out);
+  };
+  source_.count_cut = [this](double cut, std::int64_t* above, std::int64_t* on) { count_cut(cut, above, on); };
+}
+
+at::Tensor tensor_token_passes::valid() const {
+  if (mask_.defined()) return mask_;
+  return at::ones(logp_.sizes(), logp_.options().dtype(at::kBool));
+}
+
+at::Tensor tensor_token_passes::per_response(const at::Tensor& x) const {
+  if (!packed_) return x.sum(1);  // [R, T] -> [R]
+  if (x.numel() == 0) return at::zeros({responses_}, x.options());
+  return at::segment_reduce(x, "sum", c10::nullopt, c10::nullopt, offsets_);  // empty responses: 0
+}
+
+void tensor_token_passes::sums(bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) const {
+  const at::Tensor v = valid();
+  std::vector<at::Tensor> parts{per_response(v.to(at::kDouble))};
+  if (old_mean) {
+    const at::Tensor x = (old_logp_.defined() ? old_logp_ : logp_).to(at::kDouble);
+    parts.push_back(per_response(x.masked_fill(at::logical_not(v), 0)));
+    // A log-probability must be finite and <= 0 (reco::detail::bad_log_probability).
+    const at::Tensor ok = at::logical_and(x.le(0), x.ge(-DBL_MAX));
+    parts.push_back(at::logical_and(v, at::logical_not(ok)).any().to(at::kDouble).reshape({1}));
+  }
+  const bool reads_entropy = entropy || histogram;
+  if (reads_entropy)
+    parts.push_back(at::logical_and(v, at::logical_not(at::isfinite(entropy_))).any().to(at::kDouble).reshape({1}));
+  if (histogram) {
+    const at::Tensor d = first_digits(entropy_).masked_fill(at::logical_not(v), 0).flatten();
+    // On a GPU, 1 private histogram per 2^18 tokens (at most 64): entropies cluster in a few
+    // digits, and one histogram's atomic increments would queue on them.
+    const std::int64_t blocks = d.is_cuda() ? std::min<std::int64_t>(64, std::max<std::int64_t>(1, d.numel() >> 18)) : 1;
+    parts.push_back(digit_counts(d, blocks).to(at::kDouble));
+  }
+  const at::Tensor host = at::cat(parts).to(at::kCPU).contiguous();  // one copy (and wait)
+  const double* p = host.data_ptr<double>();
+  const auto R = static_cast<std::size_t>(responses_);
+  out.valid.resize(R);
+  for (std::size_t i = 0; i < R; ++i) out.valid[i] = static_cast<index_t>(p[i]);
+  p += R;
+  out.status = 0;
+  out.old_sum.clear();
+  if (old_mean) {
+    out.old_sum.assign(p, p + R);
+    if (p[R] != 0) out.status |= old_logp_.defined() ? reco::bad_old_logp : reco::bad_logp;
+    p += R + 1;
+  }
+  if (reads_entropy) {
+    if (p[0] != 0) out.status |= reco::bad_entropy;
+    p += 1;
+  }
+  out.histogram.clear();
+  if (histogram) {
+    out.histogram.assign(reco::detail::digit_histogram_size, 0.0);
+    // Digit 0 holds the masked tokens (and negative NaNs, an error found above): never counted.
+    for (std::size_t d = 1; d < reco::detail::key_digits; ++d)
+      if (p[d] != 0) reco::detail::histogram_add(out.histogram.data(), d, p[d]);
+  }
+}
+
+void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
+                                 reco::detail::cut_candidates& out) const {
+  // The range's bounds as values, as the host pass compares them (valid entropies are finite
+  // here: the summaries checked them).
+  double from = 0, up = 0;
+  if (use_double_) gather_bounds<double>(done, lo, hi, from, up);
+  else gather_bounds<float>(done, lo, hi, from, up);
+  const at::Tensor v = valid();
+  const at::Tensor above = at::logical_and(v, entropy_.ge(up));
+  const at::Tensor inside = at::logical_and(at::logical_and(v, entropy_.ge(from)), at::logical_not(above));
+  const at::Tensor idx = at::nonzero(inside.flatten()).flatten();  // position order
+  const std::int64_t k = idx.numel();
+  std::vector<at::Tensor> parts{per_response(above.to(at::kDouble))};
+  if (k > 0) {
+    parts.push_back(entropy_.flatten().index_select(0, idx).to(at::kDouble));
+    const at::Tensor response = packed_ ? at::searchsorted(offsets_, idx, false, true) - 1
+                                        : at::div(idx, width_, "floor");
+    parts.push_back(response.to(at::kDouble));
+  }
+  const at::Tensor host = at::cat(parts).to(at::kCPU).contiguous();
+  const double* p = host.data_ptr<double>();
+  const auto R = static_cast<std::size_t>(responses_);
+  out.above.resize(R);
+  for (std::size_t i = 0; i < R; ++i) out.above[i] = static_cast<std::int64_t>(p[i]);
+  out.keys.resize(static_cast<std::size_t>(k));
+  out.responses.resize(static_cast<std::size_t>(k));
+  for (std::int64_t j = 0; j < k; ++j) {
+    const double x = p[R + static_cast<std::size_t>(j)];
+    out.keys[static_cast<std::size_t>(j)] = use_double_ ? key_of<double>(x) : key_of<float>(x);
+    out.responses[static_cast<std::size_t>(j)] = static_cast<index_t>(p[R + static_cast<std::size_t>(k + j)]);
+  }
+}
+
+void tensor_token_passes::count_cut(double cut, std::int64_t* above, std::int64_t* on) const {
+  // Compared as float64: a float32 value widens exactly (the host pass's comparisons).
+  const at::Tensor v = valid();
+  const at::Tensor x = entropy_.to(at::kDouble);
+  const at::Tensor host = at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
+                                   per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))})
+                              .to(at::kCPU)
+                              .contiguous();
+  const double* p = host.data_ptr<double>();
+  for (std::int64_t i = 0; i < responses_; ++i) {
+    above[i] = static_cast<std::int64_t>(p[i]);
+    on[i] = static_cast<std::int64_t>(p[responses_ + i]);
+  }
+}
+
+}  // namespace detail
+}  // namespace torch
+RECO_NAMESPACE_END
