@@ -45,15 +45,6 @@ at::Tensor digit_counts(const at::Tensor& d, std::int64_t blocks) {
 namespace {
 
 template <class T>
-void gather_bounds(int done, std::uint64_t lo, std::uint64_t hi, double& from, double& up) {
-  using K = reco::detail::key_bits<T>;
-  const int shift = static_cast<int>(sizeof(T) * 8) - done;
-  from = static_cast<double>(reco::detail::key_threshold<T>(static_cast<K>(lo << shift)));
-  up = (hi + 1) >> done ? std::numeric_limits<double>::infinity()
-                        : static_cast<double>(reco::detail::key_threshold<T>(static_cast<K>((hi + 1) << shift)));
-}
-
-template <class T>
 std::uint64_t key_of(double v) {
   return reco::detail::order_key_bits(static_cast<T>(v));
 }
@@ -79,7 +70,8 @@ tensor_token_passes::tensor_token_passes(const policy_inputs& in, bool use_doubl
   }
   if (in.old_logp.defined()) old_logp_ = in.old_logp.detach();
   if (in.entropy.defined()) entropy_ = in.entropy.detach().to(use_double ? at::kDouble : at::kFloat);
-  if (in.mask.defined()) mask_ = in.mask.detach().to(logp_.device(), at::kBool);
+  valid_ = in.mask.defined() ? in.mask.detach().to(at::kBool)
+                              : at::ones(logp_.sizes(), logp_.options().dtype(at::kBool));
   source_.sums = [this](bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) {
     sums(old_mean, entropy, histogram, out);
   };
@@ -89,11 +81,6 @@ tensor_token_passes::tensor_token_passes(const policy_inputs& in, bool use_doubl
   source_.count_cut = [this](double cut, std::int64_t* above, std::int64_t* on) { count_cut(cut, above, on); };
 }
 
-at::Tensor tensor_token_passes::valid() const {
-  if (mask_.defined()) return mask_;
-  return at::ones(logp_.sizes(), logp_.options().dtype(at::kBool));
-}
-
 at::Tensor tensor_token_passes::per_response(const at::Tensor& x) const {
   if (!packed_) return x.sum(1);  // [R, T] -> [R]
   if (x.numel() == 0) return at::zeros({responses_}, x.options());
@@ -101,7 +88,7 @@ at::Tensor tensor_token_passes::per_response(const at::Tensor& x) const {
 }
 
 void tensor_token_passes::sums(bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) const {
-  const at::Tensor v = valid();
+  const at::Tensor& v = valid_;
   std::vector<at::Tensor> parts{per_response(v.to(at::kDouble))};
   if (old_mean) {
     const at::Tensor x = (old_logp_.defined() ? old_logp_ : logp_).to(at::kDouble);
@@ -151,9 +138,16 @@ void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
   // The range's bounds as values, as the host pass compares them (valid entropies are finite
   // here: the summaries checked them).
   double from = 0, up = 0;
-  if (use_double_) gather_bounds<double>(done, lo, hi, from, up);
-  else gather_bounds<float>(done, lo, hi, from, up);
-  const at::Tensor v = valid();
+  if (use_double_) {
+    const reco::detail::candidate_bounds<double> r(done, lo, hi);
+    from = r.from;
+    up = r.up;
+  } else {
+    const reco::detail::candidate_bounds<float> r(done, lo, hi);
+    from = r.from;
+    up = r.up;
+  }
+  const at::Tensor& v = valid_;
   const at::Tensor above = at::logical_and(v, entropy_.ge(up));
   const at::Tensor inside = at::logical_and(at::logical_and(v, entropy_.ge(from)), at::logical_not(above));
   const at::Tensor idx = at::nonzero(inside.flatten()).flatten();  // position order
@@ -181,7 +175,7 @@ void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
 
 void tensor_token_passes::count_cut(double cut, std::int64_t* above, std::int64_t* on) const {
   // Compared as float64: a float32 value widens exactly (the host pass's comparisons).
-  const at::Tensor v = valid();
+  const at::Tensor& v = valid_;
   const at::Tensor x = entropy_.to(at::kDouble);
   const at::Tensor host = at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
                                    per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))})

@@ -78,10 +78,24 @@ at::Device device_of(const std::vector<policy_inputs>& micro_batches) {
   return d;
 }
 
-// Whether a micro-batch's token passes run as tensor operations where it is (step_options::passes).
-bool tensor_passes_for(plan_passes passes, const at::Device& device, const policy_inputs& in) {
-  if (!detail::tensor_token_passes::applies(in)) return false;
-  return passes == plan_passes::tensor_ops || (passes == plan_passes::automatic && !device.is_cpu());
+// A micro-batch as the plan's steps take it: its request (from host copies when it is on a CUDA
+// device) and, where its token passes run as tensor operations where it is (step_options::passes),
+// those passes.
+struct plan_input {
+  detail::request_owner q;
+  std::unique_ptr<detail::tensor_token_passes> passes;
+  const detail::run_request& request() const { return q.request; }
+  const reco::part_token_source* tokens() const { return passes ? &passes->source() : nullptr; }
+};
+
+plan_input plan_input_of(const policy_inputs& in, const detail::plan_ops& ops, const detail::objective_needs& needs,
+                         const at::Device& device, plan_passes passes) {
+  const bool on_device = detail::tensor_token_passes::applies(in) &&
+                         (passes == plan_passes::tensor_ops || (passes == plan_passes::automatic && !device.is_cpu()));
+  plan_input p;
+  p.q = detail::make_request(device.is_cpu() ? in : on_host(in, ops, on_device), needs);
+  if (on_device) p.passes = std::make_unique<detail::tensor_token_passes>(in, p.q.request.use_double);
+  return p;
 }
 
 // Where a micro-batch's responses start and end, as prompt ids (when given) and counts.
@@ -145,17 +159,12 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   const at::Device device = device_of(micro_batches);
   // This rank's micro-batches, converted once (from host copies when they are on a CUDA device),
   // and their token passes on their device where they run there.
-  std::vector<request_owner> reqs;
+  std::vector<plan_input> reqs;
   std::vector<part_shape> shapes;
-  std::vector<std::unique_ptr<tensor_token_passes>> passes;
   for (const auto& mb : micro_batches) {
-    const bool on_device = tensor_passes_for(options.passes, device, mb);
-    const policy_inputs& host = device.is_cpu() ? mb : on_host(mb, ops, on_device);
-    reqs.push_back(make_request(host, needs));
-    shapes.push_back(shape_of_part(host, reqs.back().request));
-    passes.push_back(on_device ? std::make_unique<tensor_token_passes>(mb, reqs.back().request.use_double) : nullptr);
+    reqs.push_back(plan_input_of(mb, ops, needs, device, options.passes));
+    shapes.push_back(shape_of_part(mb, reqs.back().request()));
   }
-  auto tokens = [&](std::size_t j) { return passes[j] ? &passes[j]->source() : nullptr; };
   // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
   // boundary prompt ids.
   part_shape mine;
@@ -224,8 +233,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   try {
     for (std::size_t j = 0; j < reqs.size(); ++j) {
-      reco::step_summary s = ops.summarize(reqs[j].request, out.parts[j], tokens(j));
-      if (group) ops.gather_early(reqs[j].request, s, states[j], tokens(j));
+      reco::step_summary s = ops.summarize(reqs[j].request(), out.parts[j], reqs[j].tokens());
+      if (group) ops.gather_early(reqs[j].request(), s, states[j], reqs[j].tokens());
       total_summary += std::move(s);
     }
   } catch (...) {
@@ -298,7 +307,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)
-      round += ops.round(out.plan, reqs[j].request, out.parts[j], &states[j], tokens(j));
+      round += ops.round(out.plan, reqs[j].request(), out.parts[j], &states[j], reqs[j].tokens());
     sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives, device);
     out.plan.advance(round);
     reco::recycle(std::move(round));
@@ -354,18 +363,14 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
   const detail::plan_ops ops = detail::plan_ops_on(preset, overrides, given, device.is_cuda());
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
-  const bool on_device = tensor_passes_for(passes, device, in);
-  const detail::request_owner q = detail::make_request(device.is_cpu() ? in : on_host(in, ops, on_device), needs);
-  std::unique_ptr<detail::tensor_token_passes> tp;
-  if (on_device) tp = std::make_unique<detail::tensor_token_passes>(in, q.request.use_double);
-  const reco::part_token_source* tokens = tp ? &tp->source() : nullptr;
+  const plan_input q = plan_input_of(in, ops, needs, device, passes);
   reco::step_summary s;
   if (summed.empty()) {
-    s = ops.summarize(q.request, part, tokens);
+    s = ops.summarize(q.request(), part, q.tokens());
   } else {
     const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
-    s = ops.round(plan, q.request, part, nullptr, tokens);  // stateless: the round reads the data
+    s = ops.round(plan, q.request(), part, nullptr, q.tokens());  // stateless: the round reads the data
   }
   return at::tensor(s.values, at::kDouble).to(device);
 }

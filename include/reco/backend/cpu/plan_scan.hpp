@@ -371,22 +371,31 @@ struct cut_candidates {
   }
 };
 
+// The key prefixes [lo, hi] of `done` bits as values of T: a valid token is a candidate when
+// from <= x < up, above them when x >= up. from = the least value of prefix lo, up = the least
+// above prefix hi (inf when hi is the last prefix).
+template <class T>
+struct candidate_bounds {
+  T from, up;
+  candidate_bounds(int done, std::uint64_t lo, std::uint64_t hi) {
+    using K = key_bits<T>;
+    const int shift = static_cast<int>(sizeof(T) * 8) - done;
+    from = key_threshold<T>(static_cast<K>(lo << shift));
+    up = (hi + 1) >> done ? std::numeric_limits<T>::infinity() : key_threshold<T>(static_cast<K>((hi + 1) << shift));
+  }
+};
+
 // Gathers a part's cut candidates for the prefixes [lo, hi] of `done` bits (16 <= done < width).
 template <class T>
 struct gather_pass {
   template <int W>
   static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& done, const std::uint64_t& lo_in,
                                  const std::uint64_t& hi_in, cut_candidates& out) {
-    using K = key_bits<T>;
     constexpr index_t block = mask_chunk;
-    constexpr int width = static_cast<int>(sizeof(T) * 8);
-    const int shift = width - done;
-    // The range's bounds as values: from = the least value of prefix lo, up = the least above
-    // prefix hi (inf when hi is the last prefix). Valid entropies are finite here (the summaries'
-    // round checked them), so comparing values is comparing keys.
-    const T from = key_threshold<T>(static_cast<K>(lo_in << shift));
-    const T up = (hi_in + 1) >> done ? std::numeric_limits<T>::infinity()
-                                     : key_threshold<T>(static_cast<K>((hi_in + 1) << shift));
+    // Valid entropies are finite here (the summaries' round checked them), so comparing values
+    // is comparing keys.
+    const candidate_bounds<T> r(done, lo_in, hi_in);
+    const T from = r.from, up = r.up;
     const T* h = b.entropy;
     const std::uint8_t* m = b.mask;
     std::uint8_t in[block];

@@ -21,11 +21,10 @@
 // plan's passes over the tokens run as tensor operations on the device (step_options::passes),
 // only per-response values, the cut's histogram and candidates come to the host, the collectives
 // run on CUDA tensors of the micro-batches' device (NCCL or Gloo), and the calls run on the
-// device. A rank that does not
-// join fails after the process group's timeout (ProcessGroupGloo::Options::timeout) with a
-// reco::error naming "process_group". Ranks that disagree on the step id, the preset or its
-// overrides fail with a reco::error naming "plan". group may be null: gradient accumulation in
-// one process, the same plan without collectives.
+// device. A rank that does not join fails after the process group's timeout
+// (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
+// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
+// group may be null: gradient accumulation in one process, the same plan without collectives.
 #pragma once
 
 #include <cstdint>

@@ -37,13 +37,12 @@ class tensor_token_passes {
   void count_cut(double cut, std::int64_t* above, std::int64_t* on) const;
   // Per response, the sum of a float64 tensor of the tokens' shape.
   at::Tensor per_response(const at::Tensor& x) const;
-  // The valid tokens (bool, the tokens' shape).
-  at::Tensor valid() const;
 
   bool use_double_ = false;
   bool packed_ = false;
   std::int64_t responses_ = 0, width_ = 0;  // R, and T of a padded layout
-  at::Tensor logp_, old_logp_, entropy_, mask_, offsets_;
+  at::Tensor logp_, old_logp_, entropy_, offsets_;
+  at::Tensor valid_;  // the valid tokens (bool, the tokens' shape: the mask, or all true)
   reco::part_token_source source_;
 };
 
