@@ -243,6 +243,26 @@ inline bool chunk_masked(const std::uint8_t* m, index_t n) {
   return any == 0;
 }
 
+// Asks for the cache lines of the chunk of mask_chunk tokens that starts 4 KiB after h (its
+// entropies) and m (its mask bytes, when given). The passes read each token once, most often from
+// memory (the call before them evicted it), and between the chunks they read they skip masked
+// chunks and count keys, which the hardware prefetcher does not follow far enough ahead: on cold
+// data (512 x 1024 slots, Zen 3 guest) the first-digit pass took 0.92 ms without this and 0.67
+// with it (0.42 on cached data). Addresses past the end are computed as integers and only
+// prefetched, never read.
+template <class T>
+inline void prefetch_chunk_ahead(const T* h, const std::uint8_t* m) {
+#if defined(__GNUC__)
+  constexpr std::uintptr_t ahead = 4096, line = 64;
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(h) + ahead;
+  for (std::uintptr_t x = a; x < a + sizeof(T) * mask_chunk; x += line) __builtin_prefetch(reinterpret_cast<const void*>(x));
+  if (m) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(m) + ahead));
+#else
+  (void)h;
+  (void)m;
+#endif
+}
+
 template <class T, class C>
 struct first_digit_pass {
   template <int W>
@@ -269,6 +289,7 @@ struct first_digit_pass {
       for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += mask_chunk) {
         const index_t len = t1 - t0 < mask_chunk ? t1 - t0 : mask_chunk;
         K* kc = keys + n;
+        prefetch_chunk_ahead(h + t0, m ? m + t0 : nullptr);
         if (m) {
           if (chunk_masked(m + t0, len)) continue;
           for (index_t j = 0; j < len; ++j) {
@@ -403,6 +424,7 @@ struct gather_pass {
       std::uint32_t a = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
       for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += block) {
         const index_t n = t1 - t0 < block ? t1 - t0 : block;
+        prefetch_chunk_ahead(h + t0, m ? m + t0 : nullptr);
         if (m && chunk_masked(m + t0, n)) continue;
         unsigned any = 0;
         for (index_t j = 0; j < n; ++j) {
@@ -415,21 +437,19 @@ struct gather_pass {
           in[j] = static_cast<std::uint8_t>(inside);
         }
         if (!any) continue;
-        // The few tokens inside, 8 flags at a time.
+        // The few tokens inside: the flags as the bits of one word, then its set bits.
+        std::uint64_t bits = 0;
         index_t j = 0;
         for (; j + 8 <= n; j += 8) {
           std::uint64_t w;
           std::memcpy(&w, in + j, 8);
-          for (; w; w &= w - 1) {
-            out.keys.push_back(order_key_bits(h[t0 + j + __builtin_ctzll(w) / 8]));
-            out.responses.push_back(i);
-          }
+          bits |= ((w * 0x0102040810204080ull) >> 56) << j;  // byte k's 0/1 to bit k
         }
-        for (; j < n; ++j)
-          if (in[j]) {
-            out.keys.push_back(order_key_bits(h[t0 + j]));
-            out.responses.push_back(i);
-          }
+        for (; j < n; ++j) bits |= static_cast<std::uint64_t>(in[j]) << j;
+        for (; bits; bits &= bits - 1) {
+          out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
+          out.responses.push_back(i);
+        }
       }
       out.above[static_cast<std::size_t>(i)] = a;
     }
