@@ -174,9 +174,12 @@ void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
 }
 
 void tensor_token_passes::count_cut(double cut, std::int64_t* above, std::int64_t* on) const {
-  // Compared as float64: a float32 value widens exactly (the host pass's comparisons).
+  // As the host pass compares: in the entropies' own type when the cut is one of its values (a
+  // tensor-scalar comparison runs in the tensor's type), else in float64, to which a float32
+  // value widens exactly (an interpolated quantile need not be a float32 value).
   const at::Tensor& v = valid_;
-  const at::Tensor x = entropy_.to(at::kDouble);
+  const bool own_type = use_double_ || static_cast<double>(static_cast<float>(cut)) == cut;
+  const at::Tensor x = own_type ? entropy_ : entropy_.to(at::kDouble);
   const at::Tensor host = at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
                                    per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))})
                               .to(at::kCPU)

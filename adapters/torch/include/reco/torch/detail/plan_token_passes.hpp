@@ -23,6 +23,9 @@ class tensor_token_passes {
   // `in` has passed the request's checks (shapes, dtypes); use_double: the plan's value type
   // (float64 inputs) rather than float32.
   tensor_token_passes(const policy_inputs& in, bool use_double);
+  // source_'s functions hold `this`: a copy or a move would leave them on the old object.
+  tensor_token_passes(const tensor_token_passes&) = delete;
+  tensor_token_passes& operator=(const tensor_token_passes&) = delete;
   const reco::part_token_source& source() const { return source_; }
 
   // Whether the passes can read this micro-batch where it is: not with per-token advantages or
