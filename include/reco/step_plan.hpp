@@ -803,9 +803,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   throw_if_error(gbits);
   objective_scalars s{};
   batch_partial_fn<double> bp{b, r, reads_rewards};
-  batch_partial step_partial{};  // a local: merged into s.batch, each merge stored and reloaded it
-  for (index_t i = 0; i < R; ++i) step_partial = batch_partial::merge(step_partial, bp(i));
-  s.batch = step_partial;
+  s.batch = batch_partial::reduce(R, bp);  // two passes: no chain of divisions over the step's responses
+
   batch_stats_fn<O>{&s, obj}(0);
   if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
       obj.weight.normalisation() == weight_normalisation::batch_mean) {

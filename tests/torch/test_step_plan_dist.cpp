@@ -334,21 +334,25 @@ TEST(StepPlanTorch, TensorPassesMakeTheHostPlan) {
   EXPECT_GE(later_rounds, 24);  // the 80/20 presets' histogram and cut-count rounds
 }
 
-// The first-digit histogram as private histograms of runs of tokens (what a GPU runs), against
-// a count by hand; digit 0 of the padding is the only difference allowed.
-TEST(StepPlanTorch, DigitCountsInRuns) {
+// The first-digit histogram of the tensor passes (sorted digits, binary searches), against a
+// count by hand, from int32 and int64 digits; clustered digits, every digit of the range, none.
+TEST(StepPlanTorch, DigitCountsBySearch) {
   std::mt19937_64 rng(5);
   for (std::int64_t n : {0, 1, 6, 7, 100, 1000, 4099}) {
     std::vector<std::int64_t> d(static_cast<std::size_t>(n));
     for (auto& x : d) x = rng() % 4 == 0 ? static_cast<std::int64_t>(rng() % 65536) : 48000 + static_cast<std::int64_t>(rng() % 3);
+    if (n > 2) {
+      d[0] = 0;
+      d[1] = 65535;
+    }
     std::vector<std::int64_t> expect(65536, 0);
     for (auto x : d) ++expect[static_cast<std::size_t>(x)];
-    const at::Tensor t = at::tensor(d, at::kLong);
-    for (std::int64_t blocks : {1, 2, 7, 64}) {
-      const at::Tensor c = reco::torch::detail::digit_counts(t, blocks);
+    for (at::ScalarType dt : {at::kInt, at::kLong}) {
+      const at::Tensor c = reco::torch::detail::digit_counts(at::tensor(d, at::kLong).to(dt));
       ASSERT_EQ(c.numel(), 65536);
+      ASSERT_EQ(c.scalar_type(), at::kLong);
       const std::int64_t* p = c.data_ptr<std::int64_t>();
-      for (std::size_t k = 1; k < 65536; ++k) ASSERT_EQ(p[k], expect[k]) << "n " << n << " blocks " << blocks << " digit " << k;
+      for (std::size_t k = 0; k < 65536; ++k) ASSERT_EQ(p[k], expect[k]) << "n " << n << " digit " << k;
     }
   }
 }

@@ -15,31 +15,39 @@ namespace detail {
 namespace {
 
 // The top 16 bits of the order-preserving keys of x's values (reco::detail::order_key_bits), as
-// int64: the sign bit of a non-negative value flipped, every bit of a negative one; -0 as +0.
+// int32: the sign bit of a non-negative value flipped, every bit of a negative one; -0 as +0.
 at::Tensor first_digits(const at::Tensor& x) {
   const at::Tensor v = x + 0;  // -0 + 0 = +0: the two share a key
   if (x.scalar_type() == at::kFloat) {
     const at::Tensor u = v.view(at::kInt);
     const at::Tensor key = at::bitwise_xor(u, at::bitwise_or(u.__rshift__(31), std::numeric_limits<std::int32_t>::min()));
-    return at::bitwise_and(key.__rshift__(16), 0xffff).to(at::kLong);  // the shift extends the sign: masked off
+    return at::bitwise_and(key.__rshift__(16), 0xffff);  // the shift extends the sign: masked off
   }
   const at::Tensor u = v.view(at::kLong);
   const at::Tensor key = at::bitwise_xor(u, at::bitwise_or(u.__rshift__(63), std::numeric_limits<std::int64_t>::min()));
-  return at::bitwise_and(key.__rshift__(48), 0xffff);
+  return at::bitwise_and(key.__rshift__(48), 0xffff).to(at::kInt);
+}
+
+// What a pass found, on the host: straight into page-locked memory (LibTorch's caching host
+// allocator) from a device, where a copy into pageable memory would go through the driver's own
+// staging buffer; one copy, and the wait for the pass.
+at::Tensor to_host(const at::Tensor& t) {
+  if (!t.is_cuda()) return t.contiguous();
+  at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  h.copy_(t);
+  return h;
 }
 
 }  // namespace
 
-at::Tensor digit_counts(const at::Tensor& d, std::int64_t blocks) {
+at::Tensor digit_counts(const at::Tensor& d) {
   constexpr auto D = static_cast<std::int64_t>(reco::detail::key_digits);
-  const std::int64_t n = d.numel();
-  if (blocks <= 1 || n < blocks) return at::bincount(d, {}, D);
-  const std::int64_t per = (n + blocks - 1) / blocks;
-  // Padded with digit 0 (never counted) to `blocks` runs of `per` tokens, run b's digits moved to
-  // [b D, (b + 1) D).
-  const at::Tensor runs = at::constant_pad_nd(d, {0, per * blocks - n}, 0).view({blocks, per});
-  const at::Tensor shifted = runs + at::arange(blocks, d.options()).mul_(D).unsqueeze(1);
-  return at::bincount(shifted.flatten(), {}, blocks * D).view({blocks, D}).sum(0);
+  // Sorted, then each digit's first place found by binary search: on an H100 at 2^24 tokens 1.3 ms,
+  // against 3.3 ms for private bincounts of runs of 2^18 tokens and 5.4 ms for one bincount (the
+  // entropies' digits cluster, and the atomic increments of one digit queue).
+  const at::Tensor sorted = std::get<0>(at::sort(d.to(at::kInt)));
+  const at::Tensor edges = at::searchsorted(sorted, at::arange(D + 1, sorted.options()));
+  return (edges.slice(0, 1) - edges.slice(0, 0, D)).to(at::kLong);
 }
 
 namespace {
@@ -102,12 +110,9 @@ void tensor_token_passes::sums(bool old_mean, bool entropy, bool histogram, reco
     parts.push_back(at::logical_and(v, at::logical_not(at::isfinite(entropy_))).any().to(at::kDouble).reshape({1}));
   if (histogram) {
     const at::Tensor d = first_digits(entropy_).masked_fill(at::logical_not(v), 0).flatten();
-    // On a GPU, 1 private histogram per 2^18 tokens (at most 64): entropies cluster in a few
-    // digits, and one histogram's atomic increments would queue on them.
-    const std::int64_t blocks = d.is_cuda() ? std::min<std::int64_t>(64, std::max<std::int64_t>(1, d.numel() >> 18)) : 1;
-    parts.push_back(digit_counts(d, blocks).to(at::kDouble));
+    parts.push_back(digit_counts(d).to(at::kDouble));
   }
-  const at::Tensor host = at::cat(parts).to(at::kCPU).contiguous();  // one copy (and wait)
+  const at::Tensor host = to_host(at::cat(parts));
   const double* p = host.data_ptr<double>();
   const auto R = static_cast<std::size_t>(responses_);
   out.valid.resize(R);
@@ -159,7 +164,7 @@ void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
                                         : at::div(idx, width_, "floor");
     parts.push_back(response.to(at::kDouble));
   }
-  const at::Tensor host = at::cat(parts).to(at::kCPU).contiguous();
+  const at::Tensor host = to_host(at::cat(parts));
   const double* p = host.data_ptr<double>();
   const auto R = static_cast<std::size_t>(responses_);
   out.above.resize(R);
@@ -180,10 +185,8 @@ void tensor_token_passes::count_cut(double cut, std::int64_t* above, std::int64_
   const at::Tensor& v = valid_;
   const bool own_type = use_double_ || static_cast<double>(static_cast<float>(cut)) == cut;
   const at::Tensor x = own_type ? entropy_ : entropy_.to(at::kDouble);
-  const at::Tensor host = at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
-                                   per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))})
-                              .to(at::kCPU)
-                              .contiguous();
+  const at::Tensor host = to_host(at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
+                                           per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))}));
   const double* p = host.data_ptr<double>();
   for (std::int64_t i = 0; i < responses_; ++i) {
     above[i] = static_cast<std::int64_t>(p[i]);

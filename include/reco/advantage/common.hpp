@@ -55,16 +55,22 @@ RECO_HOST_DEVICE inline void group_mean_std(const group_input<T>& g, double& mea
   }
   int e = 0;
   ::frexp(largest, &e);
+  // x * 2^-e rounds the exact product once, as ldexp(x, -e) does: the same bits, without a libm
+  // call per reward. 2^-e and 2^e are normal doubles for |e| <= 1000 (e ranges over [-1073, 1024]).
+  const bool normal = e >= -1000 && e <= 1000;
+  const double down = normal ? ::ldexp(1.0, -e) : 0.0, up = normal ? ::ldexp(1.0, e) : 0.0;
+  auto scaled = [&](double x) { return normal ? x * down : ::ldexp(x, -e); };
   double sum = 0;
-  for (index_t j = 0; j < g.size; ++j) sum += ::ldexp(static_cast<double>(g.rewards[j]), -e);
+  for (index_t j = 0; j < g.size; ++j) sum += scaled(static_cast<double>(g.rewards[j]));
   const double mean_u = sum / static_cast<double>(g.size);
   double ss = 0;
   for (index_t j = 0; j < g.size; ++j) {
-    const double d = ::ldexp(static_cast<double>(g.rewards[j]), -e) - mean_u;
+    const double d = scaled(static_cast<double>(g.rewards[j])) - mean_u;
     ss += d * d;
   }
-  mean = ::ldexp(mean_u, e);
-  std_dev = g.size > 1 ? ::ldexp(::sqrt(ss / static_cast<double>(g.size - 1)), e) : 0.0;
+  auto unscaled = [&](double x) { return normal ? x * up : ::ldexp(x, e); };
+  mean = unscaled(mean_u);
+  std_dev = g.size > 1 ? unscaled(::sqrt(ss / static_cast<double>(g.size - 1))) : 0.0;
 }
 
 // 1 / d, and 0 for d = 0: a deviation divided by a zero (std + eps) is 0 / 0 (a zero std means

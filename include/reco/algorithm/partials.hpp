@@ -103,6 +103,53 @@ struct batch_partial {
     }
     return r;
   }
+
+  // The merge of partial_of(0) ... partial_of(n - 1) in two passes (sums, then the moments'
+  // squared deviations about the totals' means, then the weights' log-sum-exp): the same values
+  // as merging them one by one, up to rounding, without its chain of dependent divisions per
+  // partial (the step plan reduces one partial per response of a step on one host thread).
+  template <class PartialOf>
+  static batch_partial reduce(index_t n, const PartialOf& partial_of) {
+    batch_partial r;
+    double reward_sum = 0, adv_sum = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const batch_partial p = partial_of(i);
+      r.status |= p.status;
+      r.nonempty += p.nonempty;
+      r.tokens += p.tokens;
+      r.longest = p.longest > r.longest ? p.longest : r.longest;
+      r.nonzero_rewards += p.nonzero_rewards;
+      r.weight_sum += p.weight_sum;
+      r.reward.weight += p.reward.weight;
+      reward_sum += p.reward.weight * p.reward.mean;
+      r.token_adv.weight += p.token_adv.weight;
+      adv_sum += p.token_adv.weight * p.token_adv.mean;
+      if (p.weight_log_sum != 0 && (r.weight_log_sum == 0 || p.weight_log_max > r.weight_log_max)) {
+        r.weight_log_max = p.weight_log_max;
+        r.weight_log_sum = 1;  // a maximum was found; the sum comes in the second pass
+      }
+    }
+    r.reward.mean = r.reward.weight > 0 ? reward_sum / r.reward.weight : 0.0;
+    r.token_adv.mean = r.token_adv.weight > 0 ? adv_sum / r.token_adv.weight : 0.0;
+    const bool logs = r.weight_log_sum != 0;
+    r.weight_log_sum = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const batch_partial p = partial_of(i);
+      if (p.reward.weight > 0) {
+        const double d = p.reward.mean - r.reward.mean;
+        r.reward.m2 += p.reward.m2 + p.reward.weight * d * d;
+      }
+      if (p.token_adv.weight > 0) {
+        const double d = p.token_adv.mean - r.token_adv.mean;
+        r.token_adv.m2 += p.token_adv.m2 + p.token_adv.weight * d * d;
+      }
+      if (logs && p.weight_log_sum != 0) {
+        const double shift = p.weight_log_max - r.weight_log_max;  // <= 0
+        r.weight_log_sum += shift == 0 ? p.weight_log_sum : p.weight_log_sum * ::exp(shift);
+      }
+    }
+    return r;
+  }
 };
 
 struct group_partial {

@@ -14,9 +14,8 @@ RECO_NAMESPACE_BEGIN
 namespace torch {
 namespace detail {
 
-// Counts of the values 0 .. 2^16 - 1 in d (1-D int64), as `blocks` histograms of consecutive runs
-// of d summed (blocks <= 1: one).
-at::Tensor digit_counts(const at::Tensor& d, std::int64_t blocks);
+// Counts (int64) of the values 0 .. 2^16 - 1 in d (1-D, an integer type, values in that range).
+at::Tensor digit_counts(const at::Tensor& d);
 
 class tensor_token_passes {
  public:
