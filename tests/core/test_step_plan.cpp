@@ -11,6 +11,7 @@
 #include <limits>
 #include <new>
 #include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -967,3 +968,92 @@ TEST(StepPlan, RecoWeightFromRolloutPolicy) {
 }
 
 }  // namespace
+
+// finish_plan reduces the step's batch partials in two passes (batch_partial::reduce): against a
+// naive long-double computation over the observations the partials hold (groups of 0-3
+// observations per partial, empty partials, log-weight sums with different maxima and none), and
+// against the one-by-one merge the generic passes use.
+TEST(StepPlan, BatchPartialReduceMatchesTheObservations) {
+  using reco::detail::batch_partial;
+  using reco::detail::moments;
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(-3, 3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const index_t n = trial < 3 ? trial : static_cast<index_t>(rng() % 300);
+    std::vector<batch_partial> parts(static_cast<std::size_t>(n));
+    long double rw = 0, rs = 0, aw = 0, as = 0;  // weights and weighted sums
+    std::vector<std::pair<double, double>> rewards, advs;  // (value, weight) observations
+    for (auto& p : parts) {
+      const int k = static_cast<int>(rng() % 4);
+      for (int j = 0; j < k; ++j) {
+        const double x = u(rng), w = 1.0 + static_cast<double>(rng() % 5);
+        p.reward = moments::merge(p.reward, moments::of(x));
+        p.token_adv = moments::merge(p.token_adv, moments::of(x / 2, w));
+        rewards.push_back({x, 1.0});
+        advs.push_back({x / 2, w});
+        rw += 1;
+        rs += x;
+        aw += w;
+        as += static_cast<long double>(w) * (x / 2);
+      }
+      p.status = static_cast<std::uint32_t>(rng() % 3 == 0 ? 1u << (rng() % 8) : 0u);
+      p.nonempty = k > 0 ? 1 : 0;
+      p.tokens = static_cast<double>(rng() % 100);
+      p.longest = static_cast<double>(rng() % 1000);
+      p.nonzero_rewards = static_cast<double>(k);
+      p.weight_sum = u(rng) + 3;
+      if (rng() % 3 != 0) {
+        p.weight_log_max = static_cast<double>(rng() % 4) - 1.5;  // repeated maxima: the exp(0) branch
+        p.weight_log_sum = 1 + static_cast<double>(rng() % 3);
+      }
+    }
+    auto of = [&](index_t i) { return parts[static_cast<std::size_t>(i)]; };
+    const batch_partial r = batch_partial::reduce(n, of);
+    batch_partial m{};
+    for (index_t i = 0; i < n; ++i) m = batch_partial::merge(m, of(i));
+    // Naive reference.
+    std::uint32_t status = 0;
+    double nonempty = 0, tokens = 0, longest = 0, nonzero = 0, wsum = 0, lmax = -HUGE_VAL;
+    for (const auto& p : parts) {
+      status |= p.status;
+      nonempty += p.nonempty;
+      tokens += p.tokens;
+      longest = std::max(longest, p.longest);
+      nonzero += p.nonzero_rewards;
+      wsum += p.weight_sum;
+      if (p.weight_log_sum != 0) lmax = std::max(lmax, p.weight_log_max);
+    }
+    long double lsum = 0;
+    for (const auto& p : parts)
+      if (p.weight_log_sum != 0) lsum += p.weight_log_sum * std::exp(static_cast<long double>(p.weight_log_max - lmax));
+    auto central = [](const std::vector<std::pair<double, double>>& obs, long double w, long double s) {
+      const long double mean = w > 0 ? s / w : 0;
+      long double m2 = 0;
+      for (const auto& [x, wt] : obs) m2 += wt * (x - mean) * (x - mean);
+      return std::pair<double, double>{static_cast<double>(mean), static_cast<double>(m2)};
+    };
+    const auto [rmean, rm2] = central(rewards, rw, rs);
+    const auto [amean, am2] = central(advs, aw, as);
+    auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-12 * (1 + std::fabs(b)); };
+    for (const batch_partial* x : {&r, static_cast<const batch_partial*>(&m)}) {
+      EXPECT_EQ(x->status, status);
+      EXPECT_EQ(x->nonempty, nonempty);
+      EXPECT_EQ(x->tokens, tokens);
+      EXPECT_EQ(x->longest, longest);
+      EXPECT_EQ(x->nonzero_rewards, nonzero);
+      EXPECT_TRUE(near(x->weight_sum, wsum)) << trial;
+      EXPECT_EQ(x->reward.weight, static_cast<double>(rw));
+      EXPECT_TRUE(near(x->reward.mean, rmean)) << trial << " " << x->reward.mean << " " << rmean;
+      EXPECT_TRUE(near(x->reward.m2, rm2)) << trial << " " << x->reward.m2 << " " << rm2;
+      EXPECT_EQ(x->token_adv.weight, static_cast<double>(aw));
+      EXPECT_TRUE(near(x->token_adv.mean, amean)) << trial;
+      EXPECT_TRUE(near(x->token_adv.m2, am2)) << trial;
+      if (lsum == 0) {
+        EXPECT_EQ(x->weight_log_sum, 0.0) << trial;
+      } else {
+        EXPECT_EQ(x->weight_log_max, lmax) << trial;
+        EXPECT_TRUE(near(x->weight_log_sum, static_cast<double>(lsum))) << trial;
+      }
+    }
+  }
+}
