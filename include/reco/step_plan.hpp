@@ -804,7 +804,6 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   objective_scalars s{};
   batch_partial_fn<double> bp{b, r, reads_rewards};
   s.batch = batch_partial::reduce(R, bp);  // two passes: no chain of divisions over the step's responses
-
   batch_stats_fn<O>{&s, obj}(0);
   if (batch_stage_of(obj.advantage) != advantage_batch_stage::none ||
       obj.weight.normalisation() == weight_normalisation::batch_mean) {

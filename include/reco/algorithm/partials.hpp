@@ -79,16 +79,21 @@ struct batch_partial {
   double weight_log_max = 0;
   double weight_log_sum = 0;  // 0: no non-empty response with a weight above 0
 
-  RECO_HOST_DEVICE static batch_partial merge(const batch_partial& a, const batch_partial& b) {
-    batch_partial r;
+  // The fields that combine by a plain sum, OR or maximum, of a and b into r (r may be a).
+  RECO_HOST_DEVICE static void merge_counts(batch_partial& r, const batch_partial& a, const batch_partial& b) {
     r.status = a.status | b.status;
     r.nonempty = a.nonempty + b.nonempty;
     r.tokens = a.tokens + b.tokens;
     r.longest = a.longest > b.longest ? a.longest : b.longest;
-    r.reward = moments::merge(a.reward, b.reward);
     r.nonzero_rewards = a.nonzero_rewards + b.nonzero_rewards;
-    r.token_adv = moments::merge(a.token_adv, b.token_adv);
     r.weight_sum = a.weight_sum + b.weight_sum;
+  }
+
+  RECO_HOST_DEVICE static batch_partial merge(const batch_partial& a, const batch_partial& b) {
+    batch_partial r;
+    merge_counts(r, a, b);
+    r.reward = moments::merge(a.reward, b.reward);
+    r.token_adv = moments::merge(a.token_adv, b.token_adv);
     if (a.weight_log_sum == 0 || b.weight_log_sum == 0) {
       const batch_partial& x = a.weight_log_sum == 0 ? b : a;
       r.weight_log_max = x.weight_log_max;
@@ -114,12 +119,7 @@ struct batch_partial {
     double reward_sum = 0, adv_sum = 0;
     for (index_t i = 0; i < n; ++i) {
       const batch_partial p = partial_of(i);
-      r.status |= p.status;
-      r.nonempty += p.nonempty;
-      r.tokens += p.tokens;
-      r.longest = p.longest > r.longest ? p.longest : r.longest;
-      r.nonzero_rewards += p.nonzero_rewards;
-      r.weight_sum += p.weight_sum;
+      merge_counts(r, r, p);
       r.reward.weight += p.reward.weight;
       reward_sum += p.reward.weight * p.reward.mean;
       r.token_adv.weight += p.token_adv.weight;
