@@ -710,6 +710,21 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
   write_fingerprint(s, plan_fingerprint(obj, step, width), parts);
 }
 
+namespace detail {
+// finish_plan's per-response arrays, kept by the thread for its next plans: fresh ones for a step
+// of 16K responses cost their page faults and the kernel's zeroing on every plan.
+struct finish_scratch {
+  std::vector<index_t> group_offsets, token_offsets;
+  std::vector<double> old_mean, input, given, log_weight;
+  std::vector<std::uint32_t> response_status, group_status;
+  std::vector<std::uint8_t> group_zero;
+};
+inline finish_scratch& thread_finish_scratch() {
+  thread_local finish_scratch s;
+  return s;
+}
+}  // namespace detail
+
 // The plan from the sum of every part's summary (the same on every part).
 template <class Obj>
 step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summary& total) {
@@ -733,10 +748,19 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   auto field = [&](index_t i, std::size_t f) { return body[hist + plan_fields * static_cast<std::size_t>(i) + f]; };
 
   // Every response of the step comes from exactly one part; group ids never decrease.
-  std::vector<index_t> group_offsets{0};
-  std::vector<index_t> token_offsets{0};
+  finish_scratch& sc = thread_finish_scratch();
+  std::vector<index_t>& group_offsets = sc.group_offsets;
+  std::vector<index_t>& token_offsets = sc.token_offsets;
+  group_offsets.assign(1, 0);
+  token_offsets.assign(1, 0);
+  token_offsets.reserve(static_cast<std::size_t>(R) + 1);
   std::vector<index_t> length(R);
-  std::vector<double> old_mean(R), input(R), given(R);
+  sc.old_mean.resize(R);
+  sc.input.resize(R);
+  sc.given.resize(R);
+  double* old_mean = sc.old_mean.data();
+  double* input = sc.input.data();
+  double* given = sc.given.data();
   for (index_t i = 0; i < R; ++i) {
     const double c = field(i, plan_f_claimed);
     if (c != 1)
@@ -768,8 +792,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   b.layout.tokens = token_offsets.back();
   b.group_offsets = group_offsets.data();
   b.groups = static_cast<index_t>(group_offsets.size()) - 1;
-  if (reads_rewards) b.rewards = input.data(); else b.advantages = input.data();
-  b.response_weights = given.data();
+  if (reads_rewards) b.rewards = input; else b.advantages = input;
+  b.response_weights = given;
 
   step_plan plan;
   plan.fingerprint_ = fp;
@@ -779,20 +803,21 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   plan.adv_.assign(R, 0.0);
   plan.weight_.assign(R, 0.0);
   plan.capped_.assign(R, 0);
-  plan.length_ = length;
-  std::vector<double> log_weight(R, 0.0);
-  std::vector<std::uint32_t> response_status(R, 0);  // the inputs were checked by summarize
+  plan.length_ = std::move(length);
+  sc.log_weight.assign(R, 0.0);
+  sc.response_status.assign(R, 0);  // the inputs were checked by summarize
   response_scratch r;
-  r.status = response_status.data();
+  r.status = sc.response_status.data();
   r.length = plan.length_.data();
-  r.old_mean = old_mean.data();
-  r.log_weight = log_weight.data();
+  r.old_mean = old_mean;
+  r.log_weight = sc.log_weight.data();
   r.adv = plan.adv_.data();
   r.weight = plan.weight_.data();
   r.capped = plan.capped_.data();
-  std::vector<std::uint32_t> group_status(b.groups > 0 ? b.groups : 1, 0);
-  std::vector<std::uint8_t> group_zero(b.groups > 0 ? b.groups : 1, 0);
-  group_fn<O, double> gf{obj, b, r, group_status.data(), group_zero.data()};
+  std::vector<std::uint32_t>& group_status = sc.group_status;
+  group_status.assign(b.groups > 0 ? b.groups : 1, 0);
+  sc.group_zero.assign(b.groups > 0 ? b.groups : 1, 0);
+  group_fn<O, double> gf{obj, b, r, group_status.data(), sc.group_zero.data()};
   std::uint32_t gbits = 0;
   for (index_t g = 0; g < b.groups; ++g) {
     gf(g);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <new>
 #include <random>
+#include <thread>
 #include <utility>
 #include <string>
 #include <vector>
@@ -472,6 +473,41 @@ TEST(StepPlan, RecycledSummariesEqualFreshOnes) {
   total += std::move(other);
   EXPECT_TRUE(other.values.empty());
   for (std::size_t i = 0; i < fresh.size(); ++i) ASSERT_EQ(total.values[i], fresh.values[i] + 7.5) << i;
+}
+
+// finish_plan keeps its per-response arrays for the thread's next plans: a plan made after larger
+// and dirtied ones equals the plan of a thread that never made one (none of the old values leak).
+TEST(StepPlan, ReusedFinishScratchEqualsAFreshThread) {
+  reco::presets::reco obj;  // reads old means, rewards and batch-normalised weights
+  const whole_step<double> big(31, 9, 17, 5), small(32, 3, 11, 6);
+  auto plan_of = [&](const whole_step<double>& w) {
+    return reco::finish_plan(obj, w.step, reco::summarize(obj, w.tb.view(), w.part));
+  };
+  auto fresh_thread_plan = [&](const whole_step<double>& w) {
+    reco::step_plan p;
+    std::thread t([&] { p = plan_of(w); });
+    t.join();
+    return p;
+  };
+  auto expect_same_plan = [](const reco::step_plan& a, const reco::step_plan& b, const char* label) {
+    EXPECT_EQ(a.advantages(), b.advantages()) << label;
+    EXPECT_EQ(a.weights(), b.weights()) << label;
+    EXPECT_EQ(a.valid_counts().tokens, b.valid_counts().tokens) << label;
+    EXPECT_EQ(a.valid_counts().responses, b.valid_counts().responses) << label;
+    EXPECT_EQ(a.valid_counts().max_length, b.valid_counts().max_length) << label;
+  };
+  const reco::step_plan small_fresh = fresh_thread_plan(small), big_fresh = fresh_thread_plan(big);
+  ASSERT_GT(big.step.responses, small.step.responses);
+  (void)plan_of(big);
+  // Dirty every array of this thread's scratch beyond the next step's size.
+  reco::detail::finish_scratch& sc = reco::detail::thread_finish_scratch();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (auto* v : {&sc.old_mean, &sc.input, &sc.given, &sc.log_weight}) v->assign(v->size() + 8, nan);
+  for (auto* v : {&sc.group_offsets, &sc.token_offsets}) v->assign(v->size() + 8, 12345);
+  for (auto* v : {&sc.response_status, &sc.group_status}) v->assign(v->size() + 8, ~0u);
+  sc.group_zero.assign(sc.group_zero.size() + 8, 1);
+  expect_same_plan(plan_of(small), small_fresh, "small after big");
+  expect_same_plan(plan_of(big), big_fresh, "big after small");
 }
 
 // A part_rounds kept from one step to the next (the same step id, objective and layout, other

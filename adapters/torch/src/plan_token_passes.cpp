@@ -95,9 +95,16 @@ at::Tensor tensor_token_passes::per_response(const at::Tensor& x) const {
   return at::segment_reduce(x, "sum", c10::nullopt, c10::nullopt, offsets_);  // empty responses: 0
 }
 
+at::Tensor tensor_token_passes::count_per_response(const at::Tensor& flags) const {
+  // Padded: the bool rows summed as int64 (exact), no float64 copy of the [R, T] flags (128 MB at
+  // 2^24 slots); segment_reduce takes floating values only.
+  if (!packed_) return flags.sum(1).to(at::kDouble);
+  return per_response(flags.to(at::kDouble));
+}
+
 void tensor_token_passes::sums(bool old_mean, bool entropy, bool histogram, reco::part_token_sums& out) const {
   const at::Tensor& v = valid_;
-  std::vector<at::Tensor> parts{per_response(v.to(at::kDouble))};
+  std::vector<at::Tensor> parts{count_per_response(v)};
   if (old_mean) {
     const at::Tensor x = (old_logp_.defined() ? old_logp_ : logp_).to(at::kDouble);
     parts.push_back(per_response(x.masked_fill(at::logical_not(v), 0)));
@@ -157,7 +164,7 @@ void tensor_token_passes::gather(int done, std::uint64_t lo, std::uint64_t hi,
   const at::Tensor inside = at::logical_and(at::logical_and(v, entropy_.ge(from)), at::logical_not(above));
   const at::Tensor idx = at::nonzero(inside.flatten()).flatten();  // position order
   const std::int64_t k = idx.numel();
-  std::vector<at::Tensor> parts{per_response(above.to(at::kDouble))};
+  std::vector<at::Tensor> parts{count_per_response(above)};
   if (k > 0) {
     parts.push_back(entropy_.flatten().index_select(0, idx).to(at::kDouble));
     const at::Tensor response = packed_ ? at::searchsorted(offsets_, idx, false, true) - 1
@@ -185,8 +192,8 @@ void tensor_token_passes::count_cut(double cut, std::int64_t* above, std::int64_
   const at::Tensor& v = valid_;
   const bool own_type = use_double_ || static_cast<double>(static_cast<float>(cut)) == cut;
   const at::Tensor x = own_type ? entropy_ : entropy_.to(at::kDouble);
-  const at::Tensor host = to_host(at::cat({per_response(at::logical_and(v, x.gt(cut)).to(at::kDouble)),
-                                           per_response(at::logical_and(v, x.eq(cut)).to(at::kDouble))}));
+  const at::Tensor host = to_host(at::cat({count_per_response(at::logical_and(v, x.gt(cut))),
+                                           count_per_response(at::logical_and(v, x.eq(cut)))}));
   const double* p = host.data_ptr<double>();
   for (std::int64_t i = 0; i < responses_; ++i) {
     above[i] = static_cast<std::int64_t>(p[i]);

@@ -339,24 +339,21 @@ struct batch_partial_fn {
   response_scratch r;
   bool reads_rewards;
   RECO_HOST_DEVICE batch_partial operator()(index_t i) const {
-    batch_partial p;
-    p.status = r.status[i];
+    // Every field written once (a default-constructed partial zeroed first was a block store per
+    // response, a fifth of finish_plan's time over 16K responses).
     const index_t n = r.length[i];
-    p.nonempty = n > 0 ? 1.0 : 0.0;
-    p.tokens = static_cast<double>(n);
-    p.longest = static_cast<double>(b.layout.end(i) - b.layout.begin(i));
-    if (reads_rewards) {
-      const double s = static_cast<double>(b.rewards[i]);
-      p.reward = moments::of(s);
-      p.nonzero_rewards = s != 0 ? 1.0 : 0.0;
-    }
-    p.token_adv = moments::of(r.adv[i], static_cast<double>(n));
-    p.weight_sum = n > 0 ? r.weight[i] : 0.0;
-    if (n > 0 && r.weight[i] > 0) {
-      p.weight_log_max = r.log_weight[i];
-      p.weight_log_sum = 1.0;
-    }
-    return p;
+    const double s = reads_rewards ? static_cast<double>(b.rewards[i]) : 0.0;
+    const bool weighs = n > 0 && r.weight[i] > 0;
+    return batch_partial{r.status[i],
+                         n > 0 ? 1.0 : 0.0,
+                         static_cast<double>(n),
+                         static_cast<double>(b.layout.end(i) - b.layout.begin(i)),
+                         reads_rewards ? moments::of(s) : moments{},
+                         s != 0 ? 1.0 : 0.0,
+                         moments::of(r.adv[i], static_cast<double>(n)),
+                         n > 0 ? r.weight[i] : 0.0,
+                         weighs ? r.log_weight[i] : 0.0,
+                         weighs ? 1.0 : 0.0};
   }
 };
 

@@ -39,6 +39,8 @@ class tensor_token_passes {
   void count_cut(double cut, std::int64_t* above, std::int64_t* on) const;
   // Per response, the sum of a float64 tensor of the tokens' shape.
   at::Tensor per_response(const at::Tensor& x) const;
+  // Per response, the number of true values of a bool tensor of the tokens' shape (float64).
+  at::Tensor count_per_response(const at::Tensor& flags) const;
 
   bool use_double_ = false;
   bool packed_ = false;
