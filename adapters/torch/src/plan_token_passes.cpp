@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -28,17 +29,25 @@ at::Tensor first_digits(const at::Tensor& x) {
   return at::bitwise_and(key.__rshift__(48), 0xffff).to(at::kInt);
 }
 
-// What a pass found, on the host: straight into page-locked memory (LibTorch's caching host
-// allocator) from a device, where a copy into pageable memory would go through the driver's own
-// staging buffer; one copy, and the wait for the pass.
+}  // namespace
+
+// Through page-locked memory (LibTorch's caching host allocator): a copy between a device and
+// pageable memory goes through the driver's own staging buffer (~0.2 ms each way for the 7
+// doubles per response of 16K responses, on an H100 machine).
 at::Tensor to_host(const at::Tensor& t) {
   if (!t.is_cuda()) return t.contiguous();
   at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
-  h.copy_(t);
+  h.copy_(t);  // waits for the work that made t
   return h;
 }
 
-}  // namespace
+at::Tensor float64_tensor_on(const std::vector<double>& values, const at::Device& device) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  at::Tensor h = at::empty({n}, at::TensorOptions().dtype(at::kDouble).pinned_memory(!device.is_cpu()));
+  if (n > 0) std::memcpy(h.data_ptr<double>(), values.data(), values.size() * sizeof(double));
+  // The allocator keeps the pinned block until the copy, ordered on the current stream, is done.
+  return device.is_cpu() ? h : h.to(device, /*non_blocking=*/true);
+}
 
 at::Tensor digit_counts(const at::Tensor& d) {
   constexpr auto D = static_cast<std::int64_t>(reco::detail::key_digits);

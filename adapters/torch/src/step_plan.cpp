@@ -31,21 +31,15 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
 void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
                     int& count, const at::Device& device) {
   if (!group) return;
-  const auto n = static_cast<std::int64_t>(s.values.size());
-  at::Tensor t = at::from_blob(s.values.data(), {n}, at::TensorOptions().dtype(at::kDouble));
   if (device.is_cpu()) {
-    std::vector<at::Tensor> ts{t};
-    wait_for(group->allreduce(ts), what);
+    std::vector<at::Tensor> ts{at::from_blob(s.values.data(), {static_cast<std::int64_t>(s.values.size())},
+                                             at::TensorOptions().dtype(at::kDouble))};
+    wait_for(group->allreduce(ts), what);  // in place
   } else {
-    // Through page-locked memory both ways (LibTorch's caching host allocator): a pageable copy
-    // goes through the driver's staging buffer, ~0.2 ms each way for the 7 doubles per response of
-    // 16K responses. The copy back follows the collective on the current stream and waits for it.
-    at::Tensor pinned = at::empty({n}, t.options().pinned_memory(true));
-    pinned.copy_(t);
-    std::vector<at::Tensor> ts{pinned.to(device, /*non_blocking=*/true)};
+    std::vector<at::Tensor> ts{detail::float64_tensor_on(s.values, device)};
     wait_for(group->allreduce(ts), what);
-    pinned.copy_(ts[0]);
-    t.copy_(pinned);
+    const at::Tensor host = detail::to_host(ts[0]);  // after the collective on the current stream
+    std::memcpy(s.values.data(), host.data_ptr<double>(), s.values.size() * sizeof(double));
   }
   ++count;
 }
@@ -351,7 +345,7 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
   auto to_summary = [](const at::Tensor& t) {
     if (t.scalar_type() != at::kDouble || t.dim() != 1)
       fail("summaries", "must be 1-D float64 tensors (as plan_summary returns them)");
-    const at::Tensor c = t.to(at::kCPU).contiguous();
+    const at::Tensor c = to_host(t);
     reco::step_summary s;
     s.values.assign(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
     return s;
@@ -383,7 +377,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
     s = ops.round(plan, q.request(), part, nullptr, q.tokens());  // stateless: the round reads the data
   }
-  return at::tensor(s.values, at::kDouble).to(device);
+  return detail::float64_tensor_on(s.values, device);
 }
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,

@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "reco/step_plan.hpp"
 #include "reco/torch/policy_loss.hpp"
 
@@ -16,6 +18,11 @@ namespace detail {
 
 // Counts (int64) of the values 0 .. 2^16 - 1 in d (1-D, an integer type, values in that range).
 at::Tensor digit_counts(const at::Tensor& d);
+
+// The plan's crossings between host and device, through page-locked memory: t on the host
+// (contiguous; t itself when it is a CPU tensor), and a float64 tensor of `values` on `device`.
+at::Tensor to_host(const at::Tensor& t);
+at::Tensor float64_tensor_on(const std::vector<double>& values, const at::Device& device);
 
 class tensor_token_passes {
  public:
