@@ -751,16 +751,16 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   finish_scratch& sc = thread_finish_scratch();
   std::vector<index_t>& group_offsets = sc.group_offsets;
   std::vector<index_t>& token_offsets = sc.token_offsets;
+  std::vector<double>& old_mean = sc.old_mean;
+  std::vector<double>& input = sc.input;
+  std::vector<double>& given = sc.given;
   group_offsets.assign(1, 0);
   token_offsets.assign(1, 0);
   token_offsets.reserve(static_cast<std::size_t>(R) + 1);
-  std::vector<index_t> length(R);
-  sc.old_mean.resize(R);
-  sc.input.resize(R);
-  sc.given.resize(R);
-  double* old_mean = sc.old_mean.data();
-  double* input = sc.input.data();
-  double* given = sc.given.data();
+  old_mean.resize(R);  // every one written below
+  input.resize(R);
+  given.resize(R);
+  std::vector<index_t> length(R);  // becomes the plan's
   for (index_t i = 0; i < R; ++i) {
     const double c = field(i, plan_f_claimed);
     if (c != 1)
@@ -792,8 +792,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   b.layout.tokens = token_offsets.back();
   b.group_offsets = group_offsets.data();
   b.groups = static_cast<index_t>(group_offsets.size()) - 1;
-  if (reads_rewards) b.rewards = input; else b.advantages = input;
-  b.response_weights = given;
+  if (reads_rewards) b.rewards = input.data(); else b.advantages = input.data();
+  b.response_weights = given.data();
 
   step_plan plan;
   plan.fingerprint_ = fp;
@@ -804,20 +804,23 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   plan.weight_.assign(R, 0.0);
   plan.capped_.assign(R, 0);
   plan.length_ = std::move(length);
-  sc.log_weight.assign(R, 0.0);
-  sc.response_status.assign(R, 0);  // the inputs were checked by summarize
+  std::vector<double>& log_weight = sc.log_weight;
+  std::vector<std::uint32_t>& response_status = sc.response_status;
+  log_weight.assign(R, 0.0);
+  response_status.assign(R, 0);  // the inputs were checked by summarize
   response_scratch r;
-  r.status = sc.response_status.data();
+  r.status = response_status.data();
   r.length = plan.length_.data();
-  r.old_mean = old_mean;
-  r.log_weight = sc.log_weight.data();
+  r.old_mean = old_mean.data();
+  r.log_weight = log_weight.data();
   r.adv = plan.adv_.data();
   r.weight = plan.weight_.data();
   r.capped = plan.capped_.data();
   std::vector<std::uint32_t>& group_status = sc.group_status;
+  std::vector<std::uint8_t>& group_zero = sc.group_zero;
   group_status.assign(b.groups > 0 ? b.groups : 1, 0);
-  sc.group_zero.assign(b.groups > 0 ? b.groups : 1, 0);
-  group_fn<O, double> gf{obj, b, r, group_status.data(), sc.group_zero.data()};
+  group_zero.assign(b.groups > 0 ? b.groups : 1, 0);
+  group_fn<O, double> gf{obj, b, r, group_status.data(), group_zero.data()};
   std::uint32_t gbits = 0;
   for (index_t g = 0; g < b.groups; ++g) {
     gf(g);
