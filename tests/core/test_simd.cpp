@@ -560,3 +560,43 @@ TEST(Simd, DocumentedPackReadyComponentRunsPacked) {
 TEST(Simd, NotCompiled) { GTEST_SKIP() << "RECO_SIMD is 0 for this compiler: only the scalar token pass exists"; }
 
 #endif
+
+// The span of a response's valid tokens, found 8 mask bytes at a time, against a byte-by-byte
+// search: random masks of every short length and offset (words that straddle the span's ends),
+// runs of zeros around single valid tokens, all-zero and all-one rows.
+TEST(PackedScan, TrimToValidMatchesAByteScan) {
+  std::mt19937 rng(7);
+  std::vector<std::uint8_t> mask(96);
+  int cases = 0;
+  for (int density : {0, 1, 5, 50, 100}) {
+    std::bernoulli_distribution on(density / 100.0);
+    for (int trial = 0; trial < 40; ++trial) {
+      for (auto& m : mask) m = on(rng) ? static_cast<std::uint8_t>(1 + rng() % 255) : 0;
+      for (reco::index_t begin = 0; begin < 20; ++begin) {
+        for (reco::index_t end = begin; end <= static_cast<reco::index_t>(mask.size()); end += 1 + (end % 3)) {
+          reco::index_t first = -1, last = -1;
+          for (reco::index_t t = begin; t < end; ++t)
+            if (mask[static_cast<std::size_t>(t)] != 0) {
+              if (first < 0) first = t;
+              last = t;
+            }
+          reco::detail::token_scan s;
+          const bool any = reco::detail::trim_to_valid(mask.data(), begin, end, s);
+          ASSERT_EQ(any, first >= 0) << "begin " << begin << " end " << end;
+          if (any) {
+            ASSERT_EQ(s.first, first) << "begin " << begin << " end " << end;
+            ASSERT_EQ(s.last, last) << "begin " << begin << " end " << end;
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 10000);
+  // No mask: the whole span.
+  reco::detail::token_scan s;
+  ASSERT_TRUE(reco::detail::trim_to_valid(nullptr, 3, 11, s));
+  EXPECT_EQ(s.first, 3);
+  EXPECT_EQ(s.last, 10);
+  EXPECT_FALSE(reco::detail::trim_to_valid(nullptr, 4, 4, s));
+}
