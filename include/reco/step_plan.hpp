@@ -116,36 +116,58 @@ struct step_summary {
 };
 
 namespace detail {
-// The storage of summaries given back (reco::recycle), reused by this thread's next summaries: a
-// fresh 0.5 MiB vector costs its page faults (and the kernel's zeroing) on every round, a fifth
-// of an 80/20 plan's time at 1M tokens. At most 4 buffers are kept.
-inline std::vector<std::vector<double>>& spare_summaries() {
-  thread_local std::vector<std::vector<double>> spare;
+// The storage of summaries given back (reco::recycle, detail::recycle_taken), reused by this
+// thread's next summaries: a fresh 0.5 MiB vector costs its page faults (and the kernel's zeroing)
+// on every round, a fifth of an 80/20 plan's time at 1M tokens. At most 4 buffers are kept; a
+// clean one holds only zeros (its size() values), so that it needs no fill.
+struct spare_summary {
+  std::vector<double> values;
+  bool clean = false;
+};
+inline std::vector<spare_summary>& spare_summaries() {
+  thread_local std::vector<spare_summary> spare;
   return spare;
 }
-// n zeros, in the smallest spare buffer that holds them (a new vector if none does).
+inline void keep_spare(std::vector<double>&& values, bool clean) {
+  std::vector<spare_summary>& spare = spare_summaries();
+  if (values.capacity() >= 4096 && spare.size() < 4) spare.push_back(spare_summary{std::move(values), clean});
+  values = std::vector<double>();
+}
+// n zeros, in the spare buffer that needs the fewest of them written (a clean one at least n long
+// needs none; then the smallest), or a new vector if none holds n. Summaries of fewer than 4096
+// values (a cut-count round of a small step) take a new vector: they would take a large clean
+// buffer's zeros away from the next histogram.
 inline std::vector<double> summary_storage(std::size_t n) {
-  std::vector<std::vector<double>>& spare = spare_summaries();
-  std::size_t best = spare.size();
-  for (std::size_t i = 0; i < spare.size(); ++i)
-    if (spare[i].capacity() >= n && (best == spare.size() || spare[i].capacity() < spare[best].capacity())) best = i;
+  std::vector<spare_summary>& spare = spare_summaries();
+  std::size_t best = spare.size(), best_writes = n;
+  auto writes = [n](const spare_summary& b) {
+    return b.clean ? (b.values.size() >= n ? 0 : n - b.values.size()) : n;
+  };
+  for (std::size_t i = 0; i < spare.size() && n >= 4096; ++i) {
+    if (spare[i].values.capacity() < n) continue;
+    const std::size_t w = writes(spare[i]);
+    if (best == spare.size() || w < best_writes ||
+        (w == best_writes && spare[i].values.capacity() < spare[best].values.capacity())) {
+      best = i;
+      best_writes = w;
+    }
+  }
   std::vector<double> v;
+  bool clean = false;
   if (best < spare.size()) {
-    v = std::move(spare[best]);
+    v = std::move(spare[best].values);
+    clean = spare[best].clean;
     spare.erase(spare.begin() + static_cast<std::ptrdiff_t>(best));
   }
-  v.assign(n, 0.0);
+  if (clean) v.resize(n);  // its values are zeros; those it grows by are value-initialised
+  else v.assign(n, 0.0);
   return v;
 }
 }  // namespace detail
 
 // Gives a used summary's storage (after finish_plan or step_plan::advance) to this thread's next
 // summaries. Optional: it saves the allocation, nothing else.
-inline void recycle(step_summary&& s) {
-  std::vector<std::vector<double>>& spare = detail::spare_summaries();
-  if (s.values.capacity() >= 4096 && spare.size() < 4) spare.push_back(std::move(s.values));
-  s.values = std::vector<double>();
-}
+inline void recycle(step_summary&& s) { detail::keep_spare(std::move(s.values), false); }
 
 inline step_summary& step_summary::operator+=(step_summary&& o) {
   if (values.empty()) {
@@ -212,6 +234,32 @@ enum : std::size_t {
 inline constexpr int plan_digit_bits = key_digit_bits;
 inline constexpr std::size_t plan_buckets = key_digits;
 inline constexpr std::size_t plan_histogram = digit_histogram_size;  // the buckets, then their groups
+
+// Gives a summed summary that a plan has taken (finish_plan, step_plan::advance) back to this
+// thread's next summaries, set to zero by writing only what can be nonzero: the header, the
+// values after its `histograms` digit histograms (the per-response fields or counts), and in each
+// histogram the runs of 256 digits whose group count is not zero (a group holds the sum of its
+// digits' counts, all >= 0: a zero group has only zero digits). The next summary then needs no
+// fill of a histogram's 2^16 counts, of which a step reaches a few thousand (0.04 ms per 0.5 MiB
+// summary on the 2-vCPU guest, 7 % of the 80/20 plan at 1M tokens). For summaries this library
+// summed from its own (internal: a histogram of other values would leave nonzero digits behind);
+// histograms beyond the summary's size are a caller's error and give a plain recycle.
+inline void recycle_taken(step_summary&& s, std::size_t histograms) {
+  std::vector<double>& v = s.values;
+  const std::size_t end = plan_header + histograms * plan_histogram;
+  if (v.size() < end) return recycle(std::move(s));
+  std::fill(v.begin(), v.begin() + plan_header, 0.0);
+  for (double* h = v.data() + plan_header; h < v.data() + end; h += plan_histogram) {
+    double* groups = h + key_digits;
+    for (std::size_t g = 0; g < digit_groups; ++g) {
+      if (groups[g] == 0) continue;  // a NaN count is cleared with the others
+      std::fill(h + (g << digit_group_bits), h + ((g + 1) << digit_group_bits), 0.0);
+      groups[g] = 0;
+    }
+  }
+  std::fill(v.begin() + static_cast<std::ptrdiff_t>(end), v.end(), 0.0);
+  keep_spare(std::move(v), true);
+}
 
 inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);
@@ -554,6 +602,20 @@ class step_plan {
   int targets_ = 0, round_ = 0;
   entropy_cut cut_{HUGE_VAL, -1};
 };
+
+namespace detail {
+// The digit histograms of a summed summary (for recycle_taken): a stage-0 summary of `step` that
+// finish_plan took holds one when its size says so (finish_plan checked that it has one of the
+// two sizes); a round that `plan` is about to take (before advance) holds plan.targets() of them
+// in a histogram round, none in the cut counts.
+inline std::size_t stage0_histograms(const step_summary& s, const step_info& step) {
+  return s.values.size() == plan_header + plan_histogram + plan_fields * static_cast<std::size_t>(step.responses) ? 1
+                                                                                                                  : 0;
+}
+inline std::size_t round_histograms(const step_plan& plan) {
+  return plan.stage() == step_plan::stage_kind::histogram ? static_cast<std::size_t>(plan.targets()) : 0;
+}
+}  // namespace detail
 
 // Stage 0: a part's summary (host memory). Structural errors of the part's batch throw here;
 // errors in the values the plan reads (rewards or given advantages and weights, old_logp for a
@@ -1093,13 +1155,15 @@ step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<bat
   step_summary total;
   for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p]);
   step_plan plan = finish_plan(obj, step, total);
-  recycle(std::move(total));
+  const std::size_t histograms = detail::stage0_histograms(total, step);
+  detail::recycle_taken(std::move(total), histograms);
   std::vector<part_rounds> states(parts.size());
   while (!plan.complete()) {
     step_summary round;
     for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p], &states[p]);
+    const std::size_t histograms = detail::round_histograms(plan);
     plan.advance(round);
-    recycle(std::move(round));
+    detail::recycle_taken(std::move(round), histograms);
   }
   return plan;
 }

@@ -475,6 +475,87 @@ TEST(StepPlan, RecycledSummariesEqualFreshOnes) {
   for (std::size_t i = 0; i < fresh.size(); ++i) ASSERT_EQ(total.values[i], fresh.values[i] + 7.5) << i;
 }
 
+// A summed summary a plan has taken goes back to the pool set to zero by recycle_taken, which
+// writes the header, the values after the histograms and only the digit runs whose group count is
+// not zero: the next summaries of any size from that storage are all zeros, and plans made from
+// it equal a fresh thread's.
+TEST(StepPlan, TakenSummariesComeBackAsZeros) {
+  using reco::detail::plan_header;
+  using reco::detail::plan_histogram;
+  std::vector<reco::detail::spare_summary>& spare = reco::detail::spare_summaries();
+  std::mt19937 rng(11);
+  // A histogram round of 2 targets and 40 values after it: digits in the first and last run of a
+  // group, at both ends of the histogram, and in groups far apart.
+  const std::size_t n = plan_header + 2 * plan_histogram + 40;
+  for (std::size_t extra : {std::size_t{0}, std::size_t{3000}}) {
+    spare.clear();
+    reco::step_summary s;
+    s.values = reco::detail::summary_storage(n);
+    for (std::size_t i = 0; i < plan_header; ++i) s.values[i] = 1.0 + static_cast<double>(i);
+    for (std::size_t k = 0; k < 2; ++k)
+      for (std::size_t d : {std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{40000},
+                            std::size_t{65535}, static_cast<std::size_t>(rng() % 65536)})
+        reco::detail::histogram_add(s.values.data() + plan_header + k * plan_histogram, d, 1.0 + rng() % 5);
+    for (std::size_t i = plan_header + 2 * plan_histogram; i < n; ++i) s.values[i] = -3.0;
+    const double* storage = s.values.data();
+    reco::detail::recycle_taken(std::move(s), 2);
+    ASSERT_EQ(spare.size(), 1u);
+    EXPECT_TRUE(spare[0].clean);
+    const std::vector<double> v = reco::detail::summary_storage(n + extra);
+    if (extra == 0) {
+      EXPECT_EQ(v.data(), storage);  // the same storage, not a fresh vector
+    }
+    ASSERT_EQ(v.size(), n + extra);
+    for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], 0.0) << "value " << i << " of " << n + extra;
+  }
+  // More histograms than the summary holds: a plain recycle, filled before its next use.
+  spare.clear();
+  reco::step_summary short_one;
+  short_one.values.assign(plan_histogram, 2.0);
+  const double* dirty_storage = short_one.values.data();
+  reco::detail::recycle_taken(std::move(short_one), 1);
+  ASSERT_EQ(spare.size(), 1u);
+  EXPECT_FALSE(spare[0].clean);
+  const std::vector<double> w = reco::detail::summary_storage(plan_histogram);
+  EXPECT_EQ(w.data(), dirty_storage);
+  for (double x : w) ASSERT_EQ(x, 0.0);
+  // A small summary takes a new vector, not a pooled one.
+  reco::step_summary big;
+  big.values = reco::detail::summary_storage(n);
+  reco::detail::recycle_taken(std::move(big), 2);
+  ASSERT_EQ(spare.size(), 1u);
+  const std::vector<double> tiny = reco::detail::summary_storage(100);
+  EXPECT_EQ(spare.size(), 1u);
+  EXPECT_EQ(tiny, std::vector<double>(100, 0.0));
+
+  // 80/20 plans of steps of other sizes and entropies, one after another on this thread (each
+  // recycling its taken summaries), equal the plans of fresh threads.
+  reco::presets::rule_80_20 obj;
+  const whole_step<double> a(31, 9, 17, 5), b(32, 3, 11, 6), c(33, 12, 29, 7);
+  auto plan_of = [&](const whole_step<double>& x) {
+    return reco::plan_step(obj, x.step, std::vector<reco::batch_view<double>>{x.tb.view()},
+                           std::vector<reco::step_part>{x.part});
+  };
+  auto fresh_thread_plan = [&](const whole_step<double>& x) {
+    reco::step_plan p;
+    std::thread t([&] { p = plan_of(x); });
+    t.join();
+    return p;
+  };
+  spare.clear();
+  for (const whole_step<double>* x : {&a, &b, &c, &a, &c, &b}) {
+    const reco::step_plan mine = plan_of(*x), fresh = fresh_thread_plan(*x);
+    EXPECT_EQ(mine.cut().value, fresh.cut().value);
+    EXPECT_EQ(mine.cut().ties, fresh.cut().ties);
+    EXPECT_EQ(mine.kept(), fresh.kept());
+    EXPECT_EQ(mine.policy_counts().tokens, fresh.policy_counts().tokens);
+    EXPECT_EQ(mine.advantages(), fresh.advantages());
+  }
+  bool any_clean = false;
+  for (const auto& sp : spare) any_clean = any_clean || sp.clean;
+  EXPECT_TRUE(any_clean);
+}
+
 // finish_plan keeps its per-response arrays for the thread's next plans: a plan made after larger
 // and dirtied ones equals the plan of a thread that never made one (none of the old values leak).
 TEST(StepPlan, ReusedFinishScratchEqualsAFreshThread) {

@@ -308,14 +308,18 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
 
   sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives, device);
   out.plan = ops.finish(step, total_summary);
-  reco::recycle(std::move(total_summary));
+  // The summed summaries go back to this thread's pool set to zero (their histograms' reached
+  // digits only), so that the next plan's summaries need no fill.
+  const std::size_t histograms = reco::detail::stage0_histograms(total_summary, step);
+  reco::detail::recycle_taken(std::move(total_summary), histograms);
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)
       round += ops.round(out.plan, reqs[j].request(), out.parts[j], &states[j], reqs[j].tokens());
     sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives, device);
+    const std::size_t round_histograms = reco::detail::round_histograms(out.plan);
     out.plan.advance(round);
-    reco::recycle(std::move(round));
+    reco::detail::recycle_taken(std::move(round), round_histograms);
   }
   return out;
 }
