@@ -1161,9 +1161,9 @@ step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<bat
   while (!plan.complete()) {
     step_summary round;
     for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p], &states[p]);
-    const std::size_t histograms = detail::round_histograms(plan);
+    const std::size_t round_histograms = detail::round_histograms(plan);
     plan.advance(round);
-    detail::recycle_taken(std::move(round), histograms);
+    detail::recycle_taken(std::move(round), round_histograms);
   }
   return plan;
 }
