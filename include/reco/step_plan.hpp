@@ -124,13 +124,15 @@ struct spare_summary {
   std::vector<double> values;
   bool clean = false;
 };
+// Smaller summaries are neither kept nor served from the pool (a new vector costs them little).
+inline constexpr std::size_t pooled_summary_min = 4096;
 inline std::vector<spare_summary>& spare_summaries() {
   thread_local std::vector<spare_summary> spare;
   return spare;
 }
 inline void keep_spare(std::vector<double>&& values, bool clean) {
   std::vector<spare_summary>& spare = spare_summaries();
-  if (values.capacity() >= 4096 && spare.size() < 4) spare.push_back(spare_summary{std::move(values), clean});
+  if (values.capacity() >= pooled_summary_min && spare.size() < 4) spare.push_back(spare_summary{std::move(values), clean});
   values = std::vector<double>();
 }
 // n zeros, in the spare buffer that needs the fewest of them written (a clean one at least n long
@@ -143,7 +145,7 @@ inline std::vector<double> summary_storage(std::size_t n) {
   auto writes = [n](const spare_summary& b) {
     return b.clean ? (b.values.size() >= n ? 0 : n - b.values.size()) : n;
   };
-  for (std::size_t i = 0; i < spare.size() && n >= 4096; ++i) {
+  for (std::size_t i = 0; i < spare.size() && n >= pooled_summary_min; ++i) {
     if (spare[i].values.capacity() < n) continue;
     const std::size_t w = writes(spare[i]);
     if (best == spare.size() || w < best_writes ||
