@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/random_batch.hpp"
@@ -599,4 +601,99 @@ TEST(PackedScan, TrimToValidMatchesAByteScan) {
   EXPECT_EQ(s.first, 3);
   EXPECT_EQ(s.last, 10);
   EXPECT_FALSE(reco::detail::trim_to_valid(nullptr, 4, 4, s));
+}
+
+// The cut candidates of a part (detail::gather_candidates: whole chunks of 64 tokens as bit words
+// on the unit's widest registers, the rest token by token) against a naive scan of the
+// definition: per response, the valid tokens whose key prefix of `done` bits lies above [lo, hi],
+// and each valid token inside it in position order, with its key. Floats and doubles, padded rows
+// of whole and partial chunks, packed rows at odd offsets, no mask and masks of every density,
+// ties on the window's edges, +-0, the whole range and the last prefix (no upper bound).
+template <class T>
+void check_gather_candidates() {
+  using K = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  constexpr int width = static_cast<int>(sizeof(T) * 8);
+  auto key_of = [](T v) {  // independent: -0 as +0, flip all bits of a negative, the sign of the rest
+    if (v == T(0)) v = T(0);
+    K u;
+    std::memcpy(&u, &v, sizeof(u));
+    return (u >> (width - 1)) ? static_cast<K>(~u) : static_cast<K>(u | (K(1) << (width - 1)));
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(-0.5, 3.0);
+  int whole = 0, partial = 0, gathered = 0, cases = 0;
+  for (int layout = 0; layout < 6; ++layout) {
+    std::vector<reco::index_t> offsets{0};
+    const reco::index_t R = 1 + static_cast<reco::index_t>(rng() % 9);
+    const reco::index_t Tpad = layout == 0 ? 64 : layout == 1 ? 128 : layout == 2 ? 200 : 0;
+    for (reco::index_t i = 0; i < R; ++i)
+      offsets.push_back(offsets.back() + (Tpad ? Tpad : static_cast<reco::index_t>(rng() % 300)));
+    const std::size_t N = static_cast<std::size_t>(offsets.back());
+    for (int density : {-1, 0, 5, 60, 100}) {  // -1: no mask
+      std::vector<T> h(N);
+      std::vector<std::uint8_t> mask(N);
+      std::bernoulli_distribution on(density / 100.0);
+      const T pool[] = {T(0.5), T(1), T(1.25), T(2), -T(0), T(0)};  // repeated values: ties on the edges
+      for (std::size_t t = 0; t < N; ++t) {
+        h[t] = rng() % 3 == 0 ? pool[rng() % 6] : static_cast<T>(u(rng));
+        mask[t] = density >= 0 && on(rng) ? static_cast<std::uint8_t>(1 + rng() % 255) : 0;
+        if (density >= 0 && rng() % 5 == 0) h[t] = std::numeric_limits<T>::quiet_NaN();  // only where masked
+        if (density >= 0 && mask[t] != 0 && std::isnan(h[t])) h[t] = T(1);
+        if (density < 0 && std::isnan(h[t])) h[t] = T(1);
+      }
+      reco::detail::batch_pointers<T> b;
+      b.layout = Tpad ? reco::padded(R, Tpad) : reco::packed(reco::span<const reco::index_t>(offsets.data(), offsets.size()));
+      b.layout.tokens = static_cast<reco::index_t>(N);  // packed() leaves N to the batch
+      b.entropy = h.data();
+      b.mask = density >= 0 ? mask.data() : nullptr;
+      for (int done : {16, 20, width - 8}) {
+        for (int window = 0; window < 5; ++window) {
+          std::uint64_t lo, hi;
+          const std::uint64_t top = (std::uint64_t(1) << done) - 1;
+          const std::uint64_t p = key_of(pool[rng() % 4]) >> (width - done);
+          if (window == 0) lo = hi = p;  // one prefix: the pool's value is its least, a tie on `from`
+          else if (window == 1) lo = p - 1 - rng() % 3, hi = p + rng() % 3;
+          else if (window == 2) lo = 1, hi = top;  // everything valid is inside
+          else if (window == 3) lo = p, hi = top;  // no upper bound
+          else lo = p - 1 - rng() % 3, hi = p - 1;  // the pool's value is the least above: ties on `up`
+          reco::detail::cut_candidates got;
+          reco::detail::gather_candidates(b, done, lo, hi, got);
+          ASSERT_EQ(got.above.size(), static_cast<std::size_t>(R));
+          std::vector<std::uint64_t> keys;
+          std::vector<reco::index_t> responses;
+          for (reco::index_t i = 0; i < R; ++i) {
+            std::int64_t above = 0;
+            for (reco::index_t t = offsets[static_cast<std::size_t>(i)]; t < offsets[static_cast<std::size_t>(i) + 1]; ++t) {
+              if (b.mask && mask[static_cast<std::size_t>(t)] == 0) continue;
+              const K k = key_of(h[static_cast<std::size_t>(t)]);
+              const std::uint64_t pre = static_cast<std::uint64_t>(k) >> (width - done);
+              if (pre > hi) ++above;
+              else if (pre >= lo) {
+                keys.push_back(k);
+                responses.push_back(i);
+              }
+            }
+            ASSERT_EQ(got.above[static_cast<std::size_t>(i)], above)
+                << "response " << i << " layout " << layout << " density " << density << " done " << done << " window " << window;
+            const reco::index_t len = offsets[static_cast<std::size_t>(i) + 1] - offsets[static_cast<std::size_t>(i)];
+            whole += static_cast<int>(len / 64);
+            partial += len % 64 != 0;
+          }
+          ASSERT_EQ(got.keys, keys) << "layout " << layout << " density " << density << " done " << done << " window " << window;
+          ASSERT_EQ(got.responses, responses);
+          gathered += static_cast<int>(keys.size());
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(whole, 1000);  // both the bit-word chunks and the token-by-token ends ran
+  EXPECT_GT(partial, 100);
+  EXPECT_GT(gathered, 10000);
+  EXPECT_EQ(cases, 6 * 5 * 3 * 5);
+}
+
+TEST(PlanScan, GatheredCandidatesMatchANaiveScan) {
+  check_gather_candidates<float>();
+  check_gather_candidates<double>();
 }

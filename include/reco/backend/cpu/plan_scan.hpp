@@ -406,6 +406,85 @@ struct candidate_bounds {
   }
 };
 
+#if RECO_SIMD && defined(__SSE2__)
+// A whole chunk of mask_chunk tokens as bit words (bit j for token j): the valid tokens, then the
+// tokens with x >= from and with x >= up. The compares' signs come out by movemask, where the
+// auto-vectorised loop widened each mask byte to a 32-bit lane and narrowed the flags back: the
+// gather pass over 512 x 1024 float slots on a Zen 3 guest took 0.28 ms by that loop, 0.10 ms
+// by AVX words and 0.24 ms by SSE2 words.
+static_assert(mask_chunk == 64, "one 64-bit word per chunk");
+// Bit j set where mask byte j is nonzero (SSE2: every x86-64).
+RECO_SIMD_INLINE std::uint64_t mask_word(const std::uint8_t* m) {
+  const __m128i zero = _mm_setzero_si128();
+  std::uint64_t none = 0;
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m + 16 * k));
+    none |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, zero)))) << (16 * k);
+  }
+  return ~none;
+}
+struct value_words {
+  std::uint64_t from = 0, up = 0;  // x >= from, x >= up
+};
+template <class T>
+RECO_SIMD_INLINE value_words value_words_sse2(const T* h, T from, T up) {
+  value_words w;
+  if constexpr (sizeof(T) == 4) {
+    const __m128 f = _mm_set1_ps(from), u = _mm_set1_ps(up);
+    for (int k = 0; k < 16; ++k) {
+      const __m128 x = _mm_loadu_ps(h + 4 * k);
+      w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(x, f)))) << (4 * k);
+      w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(x, u)))) << (4 * k);
+    }
+  } else {
+    const __m128d f = _mm_set1_pd(from), u = _mm_set1_pd(up);
+    for (int k = 0; k < 32; ++k) {
+      const __m128d x = _mm_loadu_pd(h + 2 * k);
+      w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_pd(_mm_cmpge_pd(x, f)))) << (2 * k);
+      w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_pd(_mm_cmpge_pd(x, u)))) << (2 * k);
+    }
+  }
+  return w;
+}
+// The same on 256-bit registers. Not forced inline: a function of a wider target cannot be
+// inlined into generic code, which the pass templates are until a dispatched variant (target
+// AVX2 or AVX-512, flatten) inlines them, and this with them.
+template <class T>
+__attribute__((target("avx"))) inline value_words value_words_avx(const T* h, T from, T up) {
+  value_words w;
+  if constexpr (sizeof(T) == 4) {
+    const __m256 f = _mm256_set1_ps(from), u = _mm256_set1_ps(up);
+    for (int k = 0; k < 8; ++k) {
+      const __m256 x = _mm256_loadu_ps(h + 8 * k);
+      w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(x, f, _CMP_GE_OQ)))) << (8 * k);
+      w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(x, u, _CMP_GE_OQ)))) << (8 * k);
+    }
+  } else {
+    const __m256d f = _mm256_set1_pd(from), u = _mm256_set1_pd(up);
+    for (int k = 0; k < 16; ++k) {
+      const __m256d x = _mm256_loadu_pd(h + 4 * k);
+      w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(x, f, _CMP_GE_OQ)))) << (4 * k);
+      w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(x, u, _CMP_GE_OQ)))) << (4 * k);
+    }
+  }
+  return w;
+}
+// A pass at pack width W may use AVX registers when its code is compiled for AVX or wider: a unit
+// built with -mavx and up, or a dispatched variant (a W other than the unit's own width).
+#if defined(__AVX__)
+template <int W>
+inline constexpr bool avx_code = W >= 4;
+#else
+template <int W>
+inline constexpr bool avx_code = W >= 4 && W != simd::width;
+#endif
+template <int W, class T>
+RECO_SIMD_INLINE value_words chunk_value_words(const T* h, T from, T up) {
+  if constexpr (avx_code<W>) return value_words_avx(h, from, up);
+  else return value_words_sse2(h, from, up);
+}
+#endif
+
 // Gathers a part's cut candidates for the prefixes [lo, hi] of `done` bits (16 <= done < width).
 template <class T>
 struct gather_pass {
@@ -425,6 +504,19 @@ struct gather_pass {
       for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += block) {
         const index_t n = t1 - t0 < block ? t1 - t0 : block;
         prefetch_chunk_ahead(h + t0, m ? m + t0 : nullptr);
+#if RECO_SIMD && defined(__SSE2__)
+        if (n == block) {  // a whole chunk as bit words
+          const std::uint64_t valid = m ? mask_word(m + t0) : ~std::uint64_t(0);
+          if (!valid) continue;
+          const value_words w = chunk_value_words<W>(h + t0, from, up);
+          a += static_cast<std::uint32_t>(__builtin_popcountll(valid & w.up));
+          for (std::uint64_t bits = valid & w.from & ~w.up; bits; bits &= bits - 1) {
+            out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
+            out.responses.push_back(i);
+          }
+          continue;
+        }
+#endif
         if (m && chunk_masked(m + t0, n)) continue;
         unsigned any = 0;
         for (index_t j = 0; j < n; ++j) {
