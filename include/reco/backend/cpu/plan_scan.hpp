@@ -505,16 +505,18 @@ struct gather_pass {
         const index_t n = t1 - t0 < block ? t1 - t0 : block;
         prefetch_chunk_ahead(h + t0, m ? m + t0 : nullptr);
 #if RECO_SIMD && defined(__SSE2__)
-        if (n == block) {  // a whole chunk as bit words
-          const std::uint64_t valid = m ? mask_word(m + t0) : ~std::uint64_t(0);
-          if (!valid) continue;
-          const value_words w = chunk_value_words<W>(h + t0, from, up);
-          a += static_cast<std::uint32_t>(__builtin_popcountll(valid & w.up));
-          for (std::uint64_t bits = valid & w.from & ~w.up; bits; bits &= bits - 1) {
-            out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
-            out.responses.push_back(i);
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+          if (n == block) {  // a whole chunk as bit words
+            const std::uint64_t valid = m ? mask_word(m + t0) : ~std::uint64_t(0);
+            if (!valid) continue;
+            const value_words w = chunk_value_words<W>(h + t0, from, up);
+            a += static_cast<std::uint32_t>(__builtin_popcountll(valid & w.up));
+            for (std::uint64_t bits = valid & w.from & ~w.up; bits; bits &= bits - 1) {
+              out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
+              out.responses.push_back(i);
+            }
+            continue;
           }
-          continue;
         }
 #endif
         if (m && chunk_masked(m + t0, n)) continue;
