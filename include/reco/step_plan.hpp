@@ -10,10 +10,10 @@
 //
 //   reco::step_info step{step_number, R_step};            // the same on every part
 //   reco::step_part part{step, first_response, first_group};
-//   reco::step_summary s = reco::summarize(obj, batch, part);     // + all-reduce SUM over parts
+//   reco::part_rounds state;                                       // optional: the cut's candidates
+//   reco::step_summary s = reco::summarize(obj, batch, part, state);  // + all-reduce SUM over parts
 //   reco::step_plan plan = reco::finish_plan(obj, step, s);
 //   reco::recycle(std::move(s));                                   // optional: reuse its memory
-//   reco::part_rounds state;                                       // optional: the cut's candidates
 //   while (!plan.complete()) {                                     // 80/20 cut: a few rounds
 //     reco::step_summary r = reco::plan_round(obj, plan, batch, part, &state);  // + all-reduce SUM
 //     plan.advance(r);
@@ -41,6 +41,10 @@
 // rounds and the counts then read those instead of the part's data (the same summaries). A part
 // may gather them earlier, right after its own summary (early_window, gather_early), for the
 // digits around its own targets; the first round takes them if the step's cut falls inside.
+// A large part summarised with a state on the host reads its entropies once instead: it counts
+// only the first digits around a quantile of a sample of its own, gathering them as candidates
+// (window_sampling); the first round confirms that those windows held the step's targets, or the
+// plan counts every first digit in one more round.
 //
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
@@ -59,6 +63,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -91,6 +96,47 @@ struct step_part {
   step_info step{};
   index_t first_response = 0;  // the step index of the part's first response
   index_t first_group = 0;     // the step's id of the part's first group
+};
+
+// What a part may keep between the rounds of its plan: the tokens a cut inside the current
+// prefixes may still split (cut_candidates), gathered by its windowed summary (summarize with a
+// state), by the first round after the summaries, or by gather_early while the summaries are
+// being summed. With it, the later rounds and the cut counts read those few tokens instead of the
+// part's data again; without it (stateless bindings), every round reads the data. All give the
+// same summaries. A state belongs to one part, one batch (its entropies' address) and one plan
+// (it is bound to the plan's serial, so a state kept across steps is gathered again): pass the
+// same batch every round.
+struct part_rounds {
+  std::uint64_t plan = 0;     // the serial of the plan it was gathered for (0: nothing gathered)
+  std::uint64_t pending = 0;  // gathered before the plan (summarize, gather_early) from values of this width
+  std::uint64_t window = 0;   // the id of the windowed summary it was gathered by (0: none)
+  index_t first_response = -1, responses = -1;
+  const void* entropy = nullptr;  // the entropies it was gathered from (another batch gathers again)
+  detail::cut_candidates candidates;
+};
+
+// A range of first digits [lo, hi] of the entropies' keys (empty when lo > hi).
+struct digit_window {
+  std::uint64_t lo = 1, hi = 0;
+};
+
+// The windowed stage 0 of an 80/20 cut (summarize with a part_rounds). Instead of counting every
+// valid token's first digit, a part samples its entropies (the tokens of one chunk of 64 slots in
+// `stride`), takes the first digits around its own quantile ± `margin` standard deviations of the
+// sample's quantile and `slack` of its tokens, and reads its tokens once: the valid counts, the
+// tokens inside that window (its cut candidates, kept in the state) and the counts above and
+// below it. Its summary's histogram is exact inside the window, the tokens outside it counted on
+// the digits next to it. The first round confirms that every windowed part's window holds the
+// step's target digits; if one does not (a part whose values differ from the step's), the plan
+// counts every first digit in one more round. So these settings change the cost, never the plan.
+// A part with fewer than `min_samples` sampled tokens, or whose window would hold more than
+// `max_fraction` of them, counts every first digit.
+struct window_sampling {
+  index_t stride = 17;
+  double min_samples = 2048;
+  double margin = 4;
+  double slack = 0.0025;
+  double max_fraction = 0.25;
 };
 
 // A part's summary of a stage of the plan; summaries of the same stage combine by addition.
@@ -220,7 +266,9 @@ enum : std::size_t {
   plan_h_fp = 3,           // 8 chunks of 8 bits of the fingerprint
   plan_h_fp_sq = 11,       // their squares: all parts agree iff parts * sum(x^2) == sum(x)^2
   plan_h_status = 19,      // 16 counters, one per input_error bit
-  plan_header = 35,
+  plan_h_windows = 35,     // stage 0: 1 per windowed part; its first round: 1 per part that confirms
+  plan_h_window_ids = 36,  // ... and the ids of those windows (a part_rounds' window)
+  plan_header = 37,
 };
 // Per-response fields of the first stage.
 enum : std::size_t {
@@ -484,10 +532,25 @@ class step_plan {
     detail::check_plan_header(total, stage_index_, fp, true);
     const double* v = total.values.data() + detail::plan_header;
     if (stage_ == stage_kind::histogram) {
-      detail::require(total.values.size() == detail::plan_header + targets_ * detail::plan_histogram, "plan",
+      detail::require(total.values.size() == detail::plan_header + histograms() * detail::plan_histogram, "plan",
                       "histogram summary of the wrong size");
       ++stage_index_;
-      take_histogram(v, detail::plan_histogram);
+      if (windows_ > 0) {
+        // The first round after a windowed stage 0: unless every windowed part confirmed that its
+        // window holds the target digits, they may be wrong; count every first digit again.
+        const bool confirmed = total.values[detail::plan_h_windows] == windows_ &&
+                               total.values[detail::plan_h_window_ids] == window_ids_;
+        windows_ = window_ids_ = 0;
+        if (!confirmed) {
+          round_ = 0;
+          for (int j = 0; j < 2; ++j) {
+            rank_[j] = ranks_[j];
+            prefix_[j] = 0;
+          }
+          return;
+        }
+      }
+      take_histogram(v, round_ == 0 ? 0 : detail::plan_histogram);
       return;
     }
     // Cut counts: per response, tokens above and on the cut.
@@ -546,9 +609,13 @@ class step_plan {
     return c;
   }
 
-  // Where a part's histogram round looks (used by plan_round).
+  // Where a part's histogram round looks (used by plan_round). Round 0 (after a windowed stage 0
+  // that a part's window missed) counts every first digit, in one histogram for every target.
   int targets() const { return targets_; }
   int round() const { return round_; }
+  int histograms() const { return round_ == 0 ? 1 : targets_; }
+  // The windowed parts whose confirmation the pending round carries (0: none awaited).
+  double windows() const { return windows_; }
   int rounds() const { return static_cast<int>(width_ * 8 / detail::plan_digit_bits); }
   std::uint64_t prefix(int j) const { return prefix_[j]; }
   std::size_t width() const { return width_; }
@@ -602,6 +669,7 @@ class step_plan {
   index_t rank_[2] = {0, 0};   // ... within the current prefix
   std::uint64_t prefix_[2] = {0, 0};
   int targets_ = 0, round_ = 0;
+  double windows_ = 0, window_ids_ = 0;  // the windowed parts of stage 0 and the sum of their ids
   entropy_cut cut_{HUGE_VAL, -1};
 };
 
@@ -615,19 +683,63 @@ inline std::size_t stage0_histograms(const step_summary& s, const step_info& ste
                                                                                                                   : 0;
 }
 inline std::size_t round_histograms(const step_plan& plan) {
-  return plan.stage() == step_plan::stage_kind::histogram ? static_cast<std::size_t>(plan.targets()) : 0;
+  return plan.stage() == step_plan::stage_kind::histogram ? static_cast<std::size_t>(plan.histograms()) : 0;
 }
 }  // namespace detail
 
-// Stage 0: a part's summary (host memory). Structural errors of the part's batch throw here;
-// errors in the values the plan reads (rewards or given advantages and weights, old_logp for a
-// weight that averages it, the entropies of a selection) are carried in the summary and thrown by
-// finish_plan on every part alike. The other per-token values are checked by the part's call.
-// `tokens` (optional): the part's token passes run where its tokens are.
+namespace detail {
+// A windowed part's id (part_rounds::window): in [1, 2^20], so that the sum over up to 2^33 parts
+// is exact in a double. Random per thread: a state that did not make the summary a plan summed
+// (summarised again, another part's) confirms with another id and the plan counts every digit.
+inline std::uint64_t next_window_id() {
+  thread_local std::uint64_t x = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
+                                 static_cast<std::uint64_t>(std::random_device{}()) ^
+                                 reinterpret_cast<std::uintptr_t>(&x);
+  x += 0x9e3779b97f4a7c15ull;  // splitmix64
+  std::uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (z >> 44) + 1;
+}
+
+// The first digits a part's windowed stage 0 counts one by one (window_sampling) for a cut that
+// keeps the top fraction rho, or an empty window (lo > hi) when it should count every digit.
+template <class T>
+digit_window sampled_window(const batch_pointers<T>& b, double rho, const window_sampling& ws) {
+  digit_window w;
+  if (ws.stride < 1) return w;
+  thread_local std::vector<std::uint32_t> h(digit_histogram_size, 0);  // all zero between calls
+  std::uint64_t range[2];
+  const double n = sample_first_digits(b, ws.stride, h.data(), range);
+  if (n >= ws.min_samples && n >= 1) {
+    // The sample's ranks of the part's own target, widened (ascending ranks; clamped: the ends).
+    const double q = std::min(std::max(rho, 0.0), 1.0);
+    const double centre = (1.0 - q) * (n - 1), half = ws.margin * std::sqrt(q * (1.0 - q) * n) + ws.slack * n + 1;
+    double below_lo = 0, below_hi = n;
+    std::uint64_t lo = 1, hi = key_digits - 1;
+    if (centre - half > 0) lo = std::max<std::uint64_t>(digit_at_rank(h.data(), std::floor(centre - half), below_lo), 1);
+    if (centre + half < n - 1) {
+      hi = digit_at_rank(h.data(), std::ceil(centre + half), below_hi);
+      below_hi += h[hi];
+    }
+    if (lo <= hi && below_hi - below_lo <= ws.max_fraction * n) w = digit_window{lo, hi};
+  }
+  if (range[0] <= range[1]) {
+    for (std::uint64_t d = range[0]; d <= range[1]; ++d) h[d] = 0;
+    for (std::uint64_t g = range[0] >> digit_group_bits; g <= range[1] >> digit_group_bits; ++g) h[key_digits + g] = 0;
+  }
+  return w;
+}
 template <class Obj, class T>
-step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part,
-                       const part_token_source* tokens = nullptr) {
-  using namespace detail;
+digit_window sampled_window(const Obj& obj, const batch_pointers<T>& b, const window_sampling& ws) {
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type> || !Obj::selector_type::active) return {};
+  else return sampled_window(b, term_of(obj.select).params.rho, ws);
+}
+
+template <class Obj, class T>
+step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const step_part& part,
+                            const part_token_source* tokens, part_rounds* state, const window_sampling& ws) {
   obj.validate();
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
     fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
@@ -663,6 +775,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   // per-response counts serve instead (one read of the mask, not two).
   std::vector<index_t> counted;
   part_token_sums sums;
+  digit_window window;  // the windowed stage 0's first digits (empty: every digit counted)
   if (tokens) {
     tokens->sums(reads.old_mean, term_on(obj.select), histogram, sums);
     require(sums.valid.size() == static_cast<std::size_t>(R) &&
@@ -674,12 +787,20 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   } else if (histogram) {
     if (!reads.old_mean) counted.resize(static_cast<std::size_t>(R));
     bool nonfinite = false;
-    first_digit_histogram(b, body, &nonfinite, counted.empty() ? nullptr : counted.data());
+    if (state) window = sampled_window(obj, b, ws);
+    if (window.lo <= window.hi) {
+      *state = part_rounds{};
+      gather_window(b, window.lo, window.hi, state->candidates, counted.empty() ? nullptr : counted.data(),
+                    &nonfinite);
+    } else {
+      first_digit_histogram(b, body, &nonfinite, counted.empty() ? nullptr : counted.data());
+    }
     if (nonfinite) bits |= bad_entropy;
   }
   const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
   const std::uint32_t input_bit = Obj::needs_rewards ? bad_rewards : bad_advantages;
   const T* given = needs.response_weights ? b.response_weights : nullptr;
+  double valid_tokens = 0;
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       token_scan t;
@@ -692,6 +813,7 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
         t.n = counted[static_cast<std::size_t>(i)];
       }
       bits |= t.status;
+      valid_tokens += static_cast<double>(t.n);
       double x = input ? static_cast<double>(input[i]) : 0.0;
       if (input && !finite(x)) bits |= input_bit;
       double m2 = 0;  // their mean (diagnostics): each call reads its own A_t
@@ -710,7 +832,50 @@ step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_pa
   }
   for (int k = 0; k < 16; ++k)
     if (bits & (1u << k)) s.values[plan_h_status + k] = 1;
+  if (window.lo <= window.hi) {
+    // The histogram of a windowed part: its candidates digit by digit, the tokens above the window
+    // on the digit after it and those below on the digit before it (see window_sampling).
+    const cut_candidates& c = state->candidates;
+    constexpr int shift = static_cast<int>(sizeof(T) * 8) - plan_digit_bits;
+    std::vector<std::uint32_t> counts(window.hi - window.lo + 1, 0);
+    for (const std::uint64_t k : c.keys) ++counts[(k >> shift) - window.lo];
+    for (std::size_t d = 0; d < counts.size(); ++d)
+      if (counts[d]) histogram_add(body, window.lo + d, counts[d]);
+    double above = 0;
+    for (const std::int64_t a : c.above) above += static_cast<double>(a);
+    const double below = valid_tokens - above - static_cast<double>(c.keys.size());
+    if (above > 0 && window.hi + 1 < plan_buckets) histogram_add(body, window.hi + 1, above);
+    if (below > 0) histogram_add(body, window.lo - 1, below);
+    state->window = next_window_id();
+    state->pending = sizeof(T);
+    state->responses = R;
+    state->entropy = b.entropy;
+    s.values[plan_h_windows] = 1;
+    s.values[plan_h_window_ids] = static_cast<double>(state->window);
+  } else if (state) {
+    *state = part_rounds{};
+  }
   return s;
+}
+}  // namespace detail
+
+// Stage 0: a part's summary (host memory). Structural errors of the part's batch throw here;
+// errors in the values the plan reads (rewards or given advantages and weights, old_logp for a
+// weight that averages it, the entropies of a selection) are carried in the summary and thrown by
+// finish_plan on every part alike. The other per-token values are checked by the part's call.
+// `tokens` (optional): the part's token passes run where its tokens are.
+template <class Obj, class T>
+step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part,
+                       const part_token_source* tokens = nullptr) {
+  return detail::summarize_part(obj, batch, part, tokens, nullptr, window_sampling{});
+}
+// The same with the part's state for the rounds: with an 80/20 cut to find on the host, a large
+// part's summary is windowed (window_sampling) and its cut candidates stay in `state` for the
+// plan's rounds (pass the same state and batch to plan_round); otherwise the state is emptied.
+template <class Obj, class T>
+step_summary summarize(const Obj& obj, const batch_view<T>& batch, const step_part& part, part_rounds& state,
+                       const window_sampling& sampling = {}, const part_token_source* tokens = nullptr) {
+  return detail::summarize_part(obj, batch, part, tokens, &state, sampling);
 }
 
 namespace detail {
@@ -945,8 +1110,13 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     }
     plan.rank_[0] = plan.ranks_[0];
     plan.rank_[1] = plan.ranks_[1];
-    // The first digit's histogram came with the summaries.
-    if (plan.stage_ == step_plan::stage_kind::histogram) plan.take_histogram(body, 0);
+    // The first digit's histogram came with the summaries (exact inside the windows of windowed
+    // parts: the first round confirms them).
+    if (plan.stage_ == step_plan::stage_kind::histogram) {
+      plan.windows_ = total.values[plan_h_windows];
+      plan.window_ids_ = total.values[plan_h_window_ids];
+      plan.take_histogram(body, 0);
+    }
   }
   return plan;
 }
@@ -964,30 +1134,12 @@ void gather_part(const batch_pointers<T>& b, int done, std::uint64_t lo, std::ui
 }
 }  // namespace detail
 
-// What a part may keep between the rounds of its plan: the tokens a cut inside the current
-// prefixes may still split (cut_candidates), gathered by the first round after the summaries, or
-// earlier by gather_early while the summaries are being summed. With it, the later rounds and the
-// cut counts read those few tokens instead of the part's data again; without it (stateless
-// bindings), every round reads the data. All give the same summaries. A state belongs to one part,
-// one batch (its entropies' address) and one plan (it is bound to the plan's serial, so a state
-// kept across steps is gathered again): pass the same batch every round.
-struct part_rounds {
-  std::uint64_t plan = 0;     // the serial of the plan it was gathered for (0: nothing gathered)
-  std::uint64_t pending = 0;  // gathered early (gather_early) from values of this width, no plan yet
-  index_t first_response = -1, responses = -1;
-  const void* entropy = nullptr;  // the entropies it was gathered from (another batch gathers again)
-  detail::cut_candidates candidates;
-};
-
 // The first digits a part's cut candidates may be gathered for before the summaries are summed
 // (gather_early): those that hold the targets' ranks in a histogram of the part's (or its rank's)
 // own summaries, widened to the ranks `margin` standard deviations of a quantile of n
 // independent draws (0.4 sqrt(n)) away, and 64 more. Parts of one step whose values come from the
 // same distribution then find the step's cut inside; a part whose values differ gathers again in
 // the first round. Empty (lo > hi) without a cut to find.
-struct digit_window {
-  std::uint64_t lo = 1, hi = 0;
-};
 template <class Obj>
 digit_window early_window(const Obj& obj, const step_summary& local, double margin = 4) {
   using namespace detail;
@@ -1082,7 +1234,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
           "the part's responses must lie in the step");
   const batch_pointers<T> b = pointers_of(batch);
   const bool histogram = plan.stage() == step_plan::stage_kind::histogram;
-  const std::size_t body = histogram ? static_cast<std::size_t>(plan.targets()) * plan_histogram
+  const std::size_t body = histogram ? static_cast<std::size_t>(plan.histograms()) * plan_histogram
                                      : 2 * static_cast<std::size_t>(part.step.responses);
   step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
   double* out = s.values.data() + plan_header;
@@ -1099,13 +1251,34 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     st.pending = 0;
   }
   const int W = static_cast<int>(sizeof(T) * 8);
-  if (histogram) {
+  if (histogram && plan.round() == 0) {
+    // Every first digit (a windowed stage 0 missed the step's targets): one histogram.
+    if (tokens) {
+      part_token_sums sums;
+      tokens->sums(false, false, true, sums);
+      require(sums.histogram.size() == plan_histogram, "tokens", "returned a histogram of the wrong size");
+      std::copy(sums.histogram.begin(), sums.histogram.end(), out);
+    } else {
+      bool nonfinite = false;  // checked by the summaries
+      first_digit_histogram(b, out, &nonfinite);
+    }
+  } else if (histogram) {
     // The candidates under the targets' prefixes (the two targets of a quantile may differ),
     // gathered from the data or narrowed from the previous round's.
     const int done = plan.round() * plan_digit_bits;
     const std::uint64_t lo = plan.prefix(0), hi = plan.prefix(plan.targets() - 1);
+    // After a windowed stage 0, a windowed part confirms that its window holds the targets'
+    // digits (the plan compares the count and the ids with stage 0's); one that does not leaves
+    // the round empty, which the plan then discards.
+    const bool windowed = plan.windows() > 0 && st.window != 0 && gathered_for(st, plan, part, R, b.entropy);
     if (covers(st, plan, part, R, b.entropy, done, lo, hi)) {
       st.candidates.narrow(W, done, lo, hi);
+      if (windowed) {
+        s.values[plan_h_windows] = 1;
+        s.values[plan_h_window_ids] = static_cast<double>(st.window);
+      }
+    } else if (windowed) {
+      return s;
     } else {
       st.plan = plan.serial();
       st.first_response = part.first_response;
@@ -1151,15 +1324,15 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
 // parts[p]), with the summaries added here instead of all-reduced.
 template <class Obj, class T>
 step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<batch_view<T>>& batches,
-                    const std::vector<step_part>& parts) {
+                    const std::vector<step_part>& parts, const window_sampling& sampling = {}) {
   detail::require(batches.size() == parts.size() && !parts.empty(), "parts",
                   "needs one step_part per batch (and at least one)");
   step_summary total;
-  for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p]);
+  std::vector<part_rounds> states(parts.size());
+  for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p], states[p], sampling);
   step_plan plan = finish_plan(obj, step, total);
   const std::size_t histograms = detail::stage0_histograms(total, step);
   detail::recycle_taken(std::move(total), histograms);
-  std::vector<part_rounds> states(parts.size());
   while (!plan.complete()) {
     step_summary round;
     for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p], &states[p]);

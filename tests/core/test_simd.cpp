@@ -621,7 +621,7 @@ void check_gather_candidates() {
   };
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> u(-0.5, 3.0);
-  int whole = 0, partial = 0, gathered = 0, cases = 0;
+  int whole = 0, partial = 0, gathered = 0, cases = 0, windowed = 0;
   for (int layout = 0; layout < 6; ++layout) {
     std::vector<reco::index_t> offsets{0};
     const reco::index_t R = 1 + static_cast<reco::index_t>(rng() % 9);
@@ -683,6 +683,24 @@ void check_gather_candidates() {
           ASSERT_EQ(got.responses, responses);
           gathered += static_cast<int>(keys.size());
           ++cases;
+          if (done != 16) continue;
+          // The windowed stage 0's pass (detail::gather_window): the same candidates, and in the
+          // same pass each response's valid tokens; every valid value here is finite.
+          reco::detail::cut_candidates win;
+          std::vector<reco::index_t> valid(static_cast<std::size_t>(R), -1);
+          bool nonfinite = true;
+          reco::detail::gather_window(b, lo, hi, win, valid.data(), &nonfinite);
+          ASSERT_EQ(win.keys, keys);
+          ASSERT_EQ(win.responses, responses);
+          ASSERT_EQ(win.above, got.above);
+          EXPECT_FALSE(nonfinite) << "layout " << layout << " density " << density;
+          for (reco::index_t i = 0; i < R; ++i) {
+            reco::index_t n = 0;
+            for (reco::index_t t = offsets[static_cast<std::size_t>(i)]; t < offsets[static_cast<std::size_t>(i) + 1]; ++t)
+              n += !b.mask || mask[static_cast<std::size_t>(t)] != 0;
+            ASSERT_EQ(valid[static_cast<std::size_t>(i)], n) << "response " << i << " layout " << layout;
+          }
+          ++windowed;
         }
       }
     }
@@ -691,9 +709,47 @@ void check_gather_candidates() {
   EXPECT_GT(partial, 100);
   EXPECT_GT(gathered, 10000);
   EXPECT_EQ(cases, 6 * 5 * 3 * 5);
+  EXPECT_EQ(windowed, 6 * 5 * 5);
 }
 
 TEST(PlanScan, GatheredCandidatesMatchANaiveScan) {
   check_gather_candidates<float>();
   check_gather_candidates<double>();
+}
+
+// The windowed pass finds a valid NaN or infinite entropy in a whole chunk (bit words) and in a
+// response's last, partial chunk (token by token), and ignores one under the mask.
+template <class T>
+void check_window_finds_nonfinite() {
+  const reco::index_t R = 3, Tpad = 200;  // chunks [0, 64), ..., [192, 200) of each row
+  std::vector<T> h(static_cast<std::size_t>(R * Tpad), T(1.5));
+  std::vector<std::uint8_t> mask(h.size(), 1);
+  reco::detail::batch_pointers<T> b;
+  b.layout = reco::padded(R, Tpad);
+  b.entropy = h.data();
+  b.mask = mask.data();
+  int cases = 0;
+  for (T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                -std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::quiet_NaN()})
+    for (std::size_t at : {std::size_t(10), std::size_t(Tpad + 70), std::size_t(2 * Tpad + 195)})
+      for (std::uint8_t m : {std::uint8_t(1), std::uint8_t(0)}) {
+        h[at] = bad;
+        mask[at] = m;
+        reco::detail::cut_candidates c;
+        std::vector<reco::index_t> valid(static_cast<std::size_t>(R));
+        bool nonfinite = false;
+        reco::detail::gather_window(b, 1, reco::detail::key_digits - 1, c, valid.data(), &nonfinite);
+        EXPECT_EQ(nonfinite, m != 0) << "value " << bad << " at " << at << " mask " << int(m);
+        const reco::index_t row = static_cast<reco::index_t>(at) / Tpad;
+        EXPECT_EQ(valid[static_cast<std::size_t>(row)], Tpad - (m ? 0 : 1));
+        h[at] = T(1.5);
+        mask[at] = 1;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
+TEST(PlanScan, WindowedPassFindsNonFiniteEntropies) {
+  check_window_finds_nonfinite<float>();
+  check_window_finds_nonfinite<double>();
 }

@@ -42,6 +42,39 @@ using reco_test::master_batch;
 using reco_test::typed_batch;
 using reco_test::slice;
 
+// The windowed stage 0 (reco::window_sampling) that run_split's plans use. Test batches are too
+// small for the default (every part counts every first digit); the 80/20 sweeps also run with
+// every part windowed, and with windows of a rank or so around each part's own quantile, which
+// often miss the step's targets (the plan then counts every first digit in one more round).
+reco::window_sampling g_sampling;
+reco::window_sampling every_part_windowed(double margin = 5, double slack = 0.005, index_t stride = 1) {
+  reco::window_sampling w;
+  w.stride = stride;
+  w.min_samples = 1;
+  w.max_fraction = 1;
+  w.margin = margin;
+  w.slack = slack;
+  return w;
+}
+// Sets run_split's sampling back to the default when a test leaves (also by an exception).
+struct sampling_reset {
+  ~sampling_reset() { g_sampling = reco::window_sampling{}; }
+};
+template <class F>
+void under_each_sampling(F&& f) {
+  const sampling_reset reset;
+  const std::pair<const char*, reco::window_sampling> modes[] = {
+      {"every first digit", reco::window_sampling{}},
+      {"windowed", every_part_windowed()},
+      {"narrow windows", every_part_windowed(0, 0)}};
+  for (const auto& [name, w] : modes) {
+    SCOPED_TRACE(name);
+    g_sampling = w;
+    f();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+}
+
 struct split_output {
   double loss = 0, policy = 0, kl = 0, entropy = 0;
   std::vector<double> grad_logp, grad_entropy;
@@ -64,7 +97,7 @@ split_output run_split(const Obj& obj, const master_batch& m, const std::vector<
     }
 
   split_output out;
-  out.plan = reco::plan_step(obj, sp.step, views, parts);
+  out.plan = reco::plan_step(obj, sp.step, views, parts, g_sampling);
   out.grad_logp.assign(m.logp.size(), 0.0);
   if (Obj::has_entropy_gradient) out.grad_entropy.assign(m.logp.size(), 0.0);
   reco::workspace<reco::cpu> ws;
@@ -203,8 +236,12 @@ TEST(StepPlan, PresetsRecoNoCap) { check_both(reco::presets::reco_no_cap{}, "rec
 TEST(StepPlan, PresetsRecoResponseOnly) { check_both(reco::presets::reco_response_only{}, "reco_response_only", 19); }
 TEST(StepPlan, PresetsRecoTokenOnly) { check_both(reco::presets::reco_token_only{}, "reco_token_only", 20); }
 TEST(StepPlan, PresetsDapoReco) { check_both(reco::presets::dapo_reco{}, "dapo_reco", 21); }
-TEST(StepPlan, PresetsRule8020) { check_both(reco::presets::rule_80_20{}, "rule_80_20", 22); }
-TEST(StepPlan, PresetsRule8020Reco) { check_both(reco::presets::rule_80_20_reco{}, "rule_80_20_reco", 23); }
+TEST(StepPlan, PresetsRule8020) {
+  under_each_sampling([] { check_both(reco::presets::rule_80_20{}, "rule_80_20", 22); });
+}
+TEST(StepPlan, PresetsRule8020Reco) {
+  under_each_sampling([] { check_both(reco::presets::rule_80_20_reco{}, "rule_80_20_reco", 23); });
+}
 TEST(StepPlan, PresetsTrlBnpo) { check_both(reco::presets::trl_bnpo{}, "trl_bnpo", 24); }
 TEST(StepPlan, PresetsTrlLuspo) { check_both(reco::presets::trl_luspo{}, "trl_luspo", 25); }
 TEST(StepPlan, PresetsTrlVespo) { check_both(reco::presets::trl_vespo{}, "trl_vespo", 26); }
@@ -293,8 +330,10 @@ TEST(StepPlan, PartsMatchReference) {
   check(reco::presets::grpo{}, "grpo");
   check(reco::presets::dr_grpo{}, "dr_grpo");
   check(reco::presets::reco{}, "reco");
-  check(reco::presets::rule_80_20{}, "rule_80_20");
-  check(reco::presets::rule_80_20_reco{}, "rule_80_20_reco");
+  under_each_sampling([&] {
+    check(reco::presets::rule_80_20{}, "rule_80_20");
+    check(reco::presets::rule_80_20_reco{}, "rule_80_20_reco");
+  });
 }
 
 // Every entropy equal: the cut keeps the first k valid tokens of the step, whatever the split.
@@ -308,7 +347,9 @@ TEST(StepPlan, TiesAcrossPartsKeepStepOrder) {
   for (auto v : m.mask) valid += v;
   const index_t k = std::max<index_t>(1, static_cast<index_t>(std::ceil(0.2 * static_cast<double>(valid) - 1e-9)));
   reco::presets::rule_80_20 obj;
+  const sampling_reset reset;
   for (const auto& cuts : standard_cuts(m.R, 5)) {
+    g_sampling = cuts.size() % 2 ? every_part_windowed() : reco::window_sampling{};
     const split_output s = run_split<float>(obj, m, cuts);
     index_t budget = k;
     for (index_t i = 0; i < m.R; ++i) {
@@ -425,6 +466,121 @@ TEST(StepPlan, CandidateRoundsEqualDataRounds) {
       check_candidate_rounds<float>(values, rule, label + ", float");
       check_candidate_rounds<double>(values, rule, label + ", double");
     }
+}
+
+// The windowed stage 0 (summarize with a part_rounds): the plan of a split step equals the plan
+// that counts every first digit — the cut, its ties, the kept tokens per response, the counts —
+// whether the parts' windows hold the step's targets (the first round confirms them) or miss
+// them (the plan counts every digit in one more round: two stages more), on steps with spread
+// entropies, heavy ties, and parts whose values differ (the later responses' entropies shifted
+// up, so that each part's own quantile lies far from the step's).
+template <class T>
+void check_windowed_plans(std::uint64_t seed, reco::selection_rule rule, int values, int& confirmed, int& missed) {
+  reco_test::batch_spec spec;
+  spec.padded = seed % 2 == 0;
+  spec.groups = 24;
+  spec.max_group = 6;
+  spec.max_length = 150;
+  master_batch m = reco_test::make_batch(seed, spec);
+  for (std::size_t t = 0; t < m.entropy.size(); ++t) {
+    if (values == 1) m.entropy[t] = std::round(m.entropy[t] * 8.0) / 8.0;  // heavy ties
+    if (values == 2 && t >= m.entropy.size() / 2) m.entropy[t] += 40.0;   // parts that differ
+  }
+  reco_test::round_to<T>(m);
+  reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight, reco::token_mean,
+                  reco::top_entropy_selection>
+      obj;
+  obj.select.params.rule = rule;
+  obj.select.params.rho = 0.2;
+  reco::window_sampling never;
+  never.min_samples = 1e300;
+  for (const auto& cuts : standard_cuts(m.R, seed)) {
+    reco_test::split_step<T> sp(m, cuts, reco::step_info{3, m.R, 1.0, 0});
+    const reco::step_plan full = reco::plan_step(obj, sp.step, sp.views, sp.parts, never);
+    for (const reco::window_sampling& w : {every_part_windowed(), every_part_windowed(5, 0.005, 3),
+                                           every_part_windowed(0, 0), every_part_windowed(1, 0, 2)}) {
+      const reco::step_plan p = reco::plan_step(obj, sp.step, sp.views, sp.parts, w);
+      const std::string label = "values " + std::to_string(values) + " parts " + std::to_string(cuts.size() + 1) +
+                                " margin " + std::to_string(w.margin) + " stride " + std::to_string(w.stride);
+      ASSERT_EQ(p.cut().value, full.cut().value) << label;
+      ASSERT_EQ(p.cut().ties, full.cut().ties) << label;
+      ASSERT_EQ(p.kept(), full.kept()) << label;
+      ASSERT_EQ(p.policy_counts().tokens, full.policy_counts().tokens) << label;
+      ASSERT_EQ(p.valid_counts().tokens, full.valid_counts().tokens) << label;
+      const int extra = p.stage_index() - full.stage_index();
+      ASSERT_TRUE(extra == 0 || extra == 2) << label << ": " << extra << " stages more";
+      (extra == 0 ? confirmed : missed) += 1;
+    }
+  }
+}
+
+TEST(StepPlan, WindowedStageZeroGivesThePlanOfEveryDigit) {
+  int confirmed = 0, missed = 0;
+  for (auto rule : {reco::selection_rule::top_k, reco::selection_rule::quantile})
+    for (int values = 0; values < 3; ++values) {
+      check_windowed_plans<float>(31 + values, rule, values, confirmed, missed);
+      check_windowed_plans<double>(41 + values, rule, values, confirmed, missed);
+      if (HasFatalFailure()) return;
+    }
+  EXPECT_GT(confirmed, 100);  // both paths ran, many times
+  EXPECT_GT(missed, 20);
+}
+
+// A windowed part whose state does not come back to the first round (no state, or a state that a
+// second summary of the part replaced) cannot confirm its window: the plan counts every first
+// digit again and ends as the plan that counted them at stage 0.
+TEST(StepPlan, WindowedPartsThatCannotConfirmCountEveryDigit) {
+  reco_test::batch_spec spec;
+  spec.groups = 20;
+  spec.max_length = 100;
+  const master_batch m = reco_test::make_batch(5, spec);
+  reco::presets::rule_80_20 obj;
+  reco_test::split_step<float> sp(m, {m.R / 3, 2 * m.R / 3}, reco::step_info{9, m.R, 1.0, 0});
+  reco::window_sampling never;
+  never.min_samples = 1e300;
+  const reco::step_plan full = reco::plan_step(obj, sp.step, sp.views, sp.parts, never);
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<reco::part_rounds> states(sp.parts.size());
+    reco::step_summary total;
+    for (std::size_t p = 0; p < sp.parts.size(); ++p)
+      total += reco::summarize(obj, sp.views[p], sp.parts[p], states[p], every_part_windowed());
+    for (const auto& st : states) ASSERT_NE(st.window, 0u) << "every part windowed";
+    if (variant == 1)  // part 1 summarised again: its state holds another window id
+      (void)reco::summarize(obj, sp.views[1], sp.parts[1], states[1], every_part_windowed());
+    reco::step_plan plan = reco::finish_plan(obj, sp.step, total);
+    while (!plan.complete()) {
+      reco::step_summary r;
+      for (std::size_t p = 0; p < sp.parts.size(); ++p)
+        r += reco::plan_round(obj, plan, sp.views[p], sp.parts[p], variant == 2 && p == 0 ? nullptr : &states[p]);
+      plan.advance(r);
+    }
+    ASSERT_EQ(plan.kept(), full.kept()) << "variant " << variant;
+    ASSERT_EQ(plan.cut().value, full.cut().value);
+    EXPECT_EQ(plan.stage_index(), full.stage_index() + (variant == 0 ? 0 : 2)) << "variant " << variant;
+  }
+}
+
+// A NaN or infinite valid entropy fails a windowed plan as it fails one that counts every digit.
+TEST(StepPlan, WindowedStageZeroRejectsNonFiniteEntropies) {
+  reco_test::batch_spec spec;
+  spec.groups = 10;
+  spec.max_length = 90;
+  spec.masked_row = 0;
+  spec.mask_hole = 0;
+  reco::presets::rule_80_20 obj;
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    master_batch m = reco_test::make_batch(8, spec);
+    m.entropy[m.entropy.size() / 2] = bad;
+    reco_test::split_step<double> sp(m, {m.R / 2}, reco::step_info{4, m.R, 1.0, 0});
+    for (const reco::window_sampling& w : {reco::window_sampling{}, every_part_windowed()}) {
+      try {
+        (void)reco::plan_step(obj, sp.step, sp.views, sp.parts, w);
+        ADD_FAILURE() << "no error for entropy " << bad;
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("batch.entropy"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 // reco::recycle hands a used summary's storage to the next summaries of the thread: those are
@@ -675,6 +831,7 @@ TEST(StepPlan, ScaleMultipliesLossAndGradient) {
 
 // Many random batches and splits, random presets of each kind.
 TEST(StepPlan, RandomSplitsProperty) {
+  const sampling_reset reset;
   std::mt19937_64 rng(2024);
   for (int it = 0; it < 120; ++it) {
     reco_test::batch_spec spec;
@@ -692,6 +849,7 @@ TEST(StepPlan, RandomSplitsProperty) {
     for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(m.R + 1)));
     std::sort(cuts.begin(), cuts.end());
     const std::string label = "iteration " + std::to_string(it);
+    g_sampling = it % 3 == 0 ? reco::window_sampling{} : every_part_windowed(it % 3 == 1 ? 5 : 0, it % 3 == 1 ? 0.005 : 0);
     switch (it % 4) {
       case 0: expect_same<double>(run_split<double>(reco::presets::rule_80_20_reco{}, m, cuts),
                                   reco_test::run_library<double>(reco::presets::rule_80_20_reco{}, m), label); break;

@@ -231,15 +231,18 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   }
   // Summaries, summed over this rank's micro-batches (a bad batch throws here, after the
   // all-gather it joined has completed, so that the rank leaves no collective half done). With a
-  // cut to find, each micro-batch then gathers its cut candidates around the digits its own
+  // cut to find, a large micro-batch on the host reads its entropies once: its windowed summary
+  // gathers the cut candidates around a sampled quantile of its own (reco::window_sampling).
+  // Another, with a process group, gathers them right after its summary, around the digits its own
   // histogram puts the cut in, while its data is still in the caches; the first round gathers them
   // again only if the step's cut falls outside.
   reco::step_summary total_summary;
   std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
   try {
     for (std::size_t j = 0; j < reqs.size(); ++j) {
-      reco::step_summary s = ops.summarize(reqs[j].request(), out.parts[j], reqs[j].tokens());
-      if (group) ops.gather_early(reqs[j].request(), s, states[j], reqs[j].tokens());
+      reco::step_summary s =
+          ops.summarize(reqs[j].request(), out.parts[j], reqs[j].tokens(), &states[j], options.window);
+      if (group && states[j].window == 0) ops.gather_early(reqs[j].request(), s, states[j], reqs[j].tokens());
       total_summary += std::move(s);
     }
   } catch (...) {
@@ -375,7 +378,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
   const plan_input q = plan_input_of(in, ops, needs, device, passes);
   reco::step_summary s;
   if (summed.empty()) {
-    s = ops.summarize(q.request(), part, q.tokens());
+    s = ops.summarize(q.request(), part, q.tokens(), nullptr, reco::window_sampling{});
   } else {
     const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));

@@ -5,6 +5,9 @@
 //   first_digit_histogram  counts of the valid tokens' entropy keys by their top 16 bits;
 //   gather_candidates  per response, the valid tokens above a range of key prefixes, and the
 //                      tokens inside it (the later selection rounds and the cut counts read those);
+//   sample_first_digits, gather_window  the windowed stage 0: a sample's first digits, then one
+//                      read of the tokens for the candidates of a window, the valid counts and the
+//                      entropies' check;
 //   count_cut          per response, the valid tokens above and on an entropy cut.
 // The plan reads only what it needs (the mask, old_logp for a ReCo-style weight, the entropies of
 // a selection) so that it costs a small fraction of the call it serves. The call checks every
@@ -180,9 +183,10 @@ inline void histogram_add(double* h, std::size_t d, double count) {
 // The digit of such a histogram that holds the token of ascending rank `rank` (the group holding
 // it, then the digit inside the group); `below` gets the count under that digit. key_digits when
 // the histogram holds `rank` tokens or fewer.
-inline std::size_t digit_at_rank(const double* h, double rank, double& below) {
+template <class C>
+std::size_t digit_at_rank(const C* h, double rank, double& below) {
   constexpr std::size_t group = std::size_t(1) << digit_group_bits;
-  const double* groups = h + key_digits;
+  const C* groups = h + key_digits;
   below = 0;
   std::size_t g = 0;
   for (; g < digit_groups && below + groups[g] <= rank; ++g) below += groups[g];
@@ -260,6 +264,21 @@ inline void prefetch_chunk_ahead(const T* h, const std::uint8_t* m) {
 #else
   (void)h;
   (void)m;
+#endif
+}
+// The same for the chunk `tokens` slots after h and m (the sample's next chunks but some: its
+// stride leaves the hardware prefetcher nothing to follow).
+template <class T>
+inline void prefetch_chunk_at(const T* h, const std::uint8_t* m, index_t tokens) {
+#if defined(__GNUC__)
+  constexpr std::uintptr_t line = 64;
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(h) + sizeof(T) * static_cast<std::uintptr_t>(tokens);
+  for (std::uintptr_t x = a; x < a + sizeof(T) * mask_chunk; x += line) __builtin_prefetch(reinterpret_cast<const void*>(x));
+  if (m) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(m) + static_cast<std::uintptr_t>(tokens)));
+#else
+  (void)h;
+  (void)m;
+  (void)tokens;
 #endif
 }
 
@@ -376,13 +395,15 @@ struct cut_candidates {
   void narrow(int width, int done_now, std::uint64_t lo_now, std::uint64_t hi_now) {
     const int s = width - done_now;
     std::size_t k = 0;
+    // Without branches: a window of a windowed stage 0 holds many candidates around the few that
+    // stay, and which side of the prefixes each lies on is a coin toss for a branch predictor.
     for (std::size_t c = 0; c < keys.size(); ++c) {
-      const std::uint64_t p = keys[c] >> s;
-      if (p > hi_now) ++above[static_cast<std::size_t>(responses[c])];
-      if (p < lo_now || p > hi_now) continue;
-      keys[k] = keys[c];
-      responses[k] = responses[c];
-      ++k;
+      const std::uint64_t p = keys[c] >> s, key = keys[c];
+      const index_t r = responses[c];
+      above[static_cast<std::size_t>(r)] += p > hi_now;
+      keys[k] = key;
+      responses[k] = r;
+      k += (p >= lo_now) & (p <= hi_now);
     }
     keys.resize(k);
     responses.resize(k);
@@ -425,23 +446,34 @@ RECO_SIMD_INLINE std::uint64_t mask_word(const std::uint8_t* m) {
 }
 struct value_words {
   std::uint64_t from = 0, up = 0;  // x >= from, x >= up
+  std::uint64_t finite = 0;        // |x| <= max (Finite passes only)
 };
-template <class T>
+template <bool Finite = false, class T>
 RECO_SIMD_INLINE value_words value_words_sse2(const T* h, T from, T up) {
   value_words w;
   if constexpr (sizeof(T) == 4) {
     const __m128 f = _mm_set1_ps(from), u = _mm_set1_ps(up);
+    const __m128 sign = _mm_set1_ps(-0.0f), big = _mm_set1_ps(std::numeric_limits<float>::max());
     for (int k = 0; k < 16; ++k) {
       const __m128 x = _mm_loadu_ps(h + 4 * k);
       w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(x, f)))) << (4 * k);
       w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_ps(_mm_cmpge_ps(x, u)))) << (4 * k);
+      if constexpr (Finite)
+        w.finite |= static_cast<std::uint64_t>(static_cast<unsigned>(
+                        _mm_movemask_ps(_mm_cmple_ps(_mm_andnot_ps(sign, x), big))))
+                    << (4 * k);
     }
   } else {
     const __m128d f = _mm_set1_pd(from), u = _mm_set1_pd(up);
+    const __m128d sign = _mm_set1_pd(-0.0), big = _mm_set1_pd(std::numeric_limits<double>::max());
     for (int k = 0; k < 32; ++k) {
       const __m128d x = _mm_loadu_pd(h + 2 * k);
       w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_pd(_mm_cmpge_pd(x, f)))) << (2 * k);
       w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm_movemask_pd(_mm_cmpge_pd(x, u)))) << (2 * k);
+      if constexpr (Finite)
+        w.finite |= static_cast<std::uint64_t>(static_cast<unsigned>(
+                        _mm_movemask_pd(_mm_cmple_pd(_mm_andnot_pd(sign, x), big))))
+                    << (2 * k);
     }
   }
   return w;
@@ -449,22 +481,32 @@ RECO_SIMD_INLINE value_words value_words_sse2(const T* h, T from, T up) {
 // The same on 256-bit registers. Not forced inline: a function of a wider target cannot be
 // inlined into generic code, which the pass templates are until a dispatched variant (target
 // AVX2 or AVX-512, flatten) inlines them, and this with them.
-template <class T>
+template <bool Finite = false, class T>
 __attribute__((target("avx"))) inline value_words value_words_avx(const T* h, T from, T up) {
   value_words w;
   if constexpr (sizeof(T) == 4) {
     const __m256 f = _mm256_set1_ps(from), u = _mm256_set1_ps(up);
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     for (int k = 0; k < 8; ++k) {
       const __m256 x = _mm256_loadu_ps(h + 8 * k);
       w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(x, f, _CMP_GE_OQ)))) << (8 * k);
       w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(x, u, _CMP_GE_OQ)))) << (8 * k);
+      if constexpr (Finite)
+        w.finite |= static_cast<std::uint64_t>(static_cast<unsigned>(
+                        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, x), big, _CMP_LE_OQ))))
+                    << (8 * k);
     }
   } else {
     const __m256d f = _mm256_set1_pd(from), u = _mm256_set1_pd(up);
+    const __m256d sign = _mm256_set1_pd(-0.0), big = _mm256_set1_pd(std::numeric_limits<double>::max());
     for (int k = 0; k < 16; ++k) {
       const __m256d x = _mm256_loadu_pd(h + 4 * k);
       w.from |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(x, f, _CMP_GE_OQ)))) << (4 * k);
       w.up |= static_cast<std::uint64_t>(static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(x, u, _CMP_GE_OQ)))) << (4 * k);
+      if constexpr (Finite)
+        w.finite |= static_cast<std::uint64_t>(static_cast<unsigned>(
+                        _mm256_movemask_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, x), big, _CMP_LE_OQ))))
+                    << (4 * k);
     }
   }
   return w;
@@ -478,40 +520,48 @@ inline constexpr bool avx_code = W >= 4;
 template <int W>
 inline constexpr bool avx_code = W >= 4 && W != simd::width;
 #endif
-template <int W, class T>
+template <int W, bool Finite = false, class T>
 RECO_SIMD_INLINE value_words chunk_value_words(const T* h, T from, T up) {
-  if constexpr (avx_code<W>) return value_words_avx(h, from, up);
-  else return value_words_sse2(h, from, up);
+  if constexpr (avx_code<W>) return value_words_avx<Finite>(h, from, up);
+  else return value_words_sse2<Finite>(h, from, up);
 }
 #endif
 
 // Gathers a part's cut candidates for the prefixes [lo, hi] of `done` bits (16 <= done < width).
-template <class T>
+// Summary: the pass is the part's first read of its entropies (the windowed stage 0 of the plan,
+// done = 16): it also counts each response's valid tokens into `valid` (when not null) and sets
+// `nonfinite` when a valid entropy is NaN or infinite (else valid entropies are finite: the
+// summaries checked them, so comparing values is comparing keys).
+template <class T, bool Summary = false>
 struct gather_pass {
   template <int W>
   static RECO_PLAN_PASS void run(const batch_pointers<T>& b, const int& done, const std::uint64_t& lo_in,
-                                 const std::uint64_t& hi_in, cut_candidates& out) {
+                                 const std::uint64_t& hi_in, cut_candidates& out, index_t* const& valid,
+                                 bool* const& nonfinite) {
     constexpr index_t block = mask_chunk;
-    // Valid entropies are finite here (the summaries' round checked them), so comparing values
-    // is comparing keys.
     const candidate_bounds<T> r(done, lo_in, hi_in);
     const T from = r.from, up = r.up;
     const T* h = b.entropy;
     const std::uint8_t* m = b.mask;
     std::uint8_t in[block];
+    std::uint64_t bad = 0;  // Summary: valid tokens whose entropy is not finite
     for (index_t i = 0; i < b.layout.responses; ++i) {
-      std::uint32_t a = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
+      std::uint32_t a = 0, n_valid = 0;  // 2^32 tokens of one response would be 16 GiB of entropies
       for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += block) {
         const index_t n = t1 - t0 < block ? t1 - t0 : block;
         prefetch_chunk_ahead(h + t0, m ? m + t0 : nullptr);
 #if RECO_SIMD && defined(__SSE2__)
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
           if (n == block) {  // a whole chunk as bit words
-            const std::uint64_t valid = m ? mask_word(m + t0) : ~std::uint64_t(0);
-            if (!valid) continue;
-            const value_words w = chunk_value_words<W>(h + t0, from, up);
-            a += static_cast<std::uint32_t>(__builtin_popcountll(valid & w.up));
-            for (std::uint64_t bits = valid & w.from & ~w.up; bits; bits &= bits - 1) {
+            const std::uint64_t ok = m ? mask_word(m + t0) : ~std::uint64_t(0);
+            if (!ok) continue;
+            const value_words w = chunk_value_words<W, Summary>(h + t0, from, up);
+            a += static_cast<std::uint32_t>(__builtin_popcountll(ok & w.up));
+            if constexpr (Summary) {
+              n_valid += static_cast<std::uint32_t>(__builtin_popcountll(ok));
+              bad |= ok & ~w.finite;
+            }
+            for (std::uint64_t bits = ok & w.from & ~w.up; bits; bits &= bits - 1) {
               out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
               out.responses.push_back(i);
             }
@@ -523,12 +573,17 @@ struct gather_pass {
         unsigned any = 0;
         for (index_t j = 0; j < n; ++j) {
           const T x = h[t0 + j];
-          const std::uint32_t valid = m ? static_cast<std::uint32_t>(m[t0 + j] != 0) : 1u;
-          const std::uint32_t above = valid & static_cast<std::uint32_t>(x >= up);
-          const std::uint32_t inside = valid & static_cast<std::uint32_t>(x >= from) & (above ^ 1u);
+          const std::uint32_t ok = m ? static_cast<std::uint32_t>(m[t0 + j] != 0) : 1u;
+          const std::uint32_t above = ok & static_cast<std::uint32_t>(x >= up);
+          const std::uint32_t inside = ok & static_cast<std::uint32_t>(x >= from) & (above ^ 1u);
           a += above;
           any |= inside;
           in[j] = static_cast<std::uint8_t>(inside);
+          if constexpr (Summary) {
+            n_valid += ok;
+            bad |= ok & static_cast<std::uint32_t>(!(x >= -std::numeric_limits<T>::max() &&
+                                                    x <= std::numeric_limits<T>::max()));
+          }
         }
         if (!any) continue;
         // The few tokens inside: the flags as the bits of one word, then its set bits.
@@ -546,18 +601,73 @@ struct gather_pass {
         }
       }
       out.above[static_cast<std::size_t>(i)] = a;
+      if constexpr (Summary) {
+        if (valid) valid[i] = n_valid;
+      }
     }
+    if constexpr (Summary) *nonfinite = bad != 0;
   }
 };
 template <class T>
 void gather_candidates(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi,
                        cut_candidates& out) {
   out.reset(done, lo, hi, b.layout.responses);
+  index_t* valid = nullptr;
+  bool* nonfinite = nullptr;
 #if RECO_SIMD
-  simd::run_widest<gather_pass<T>>(b, done, lo, hi, out);
+  simd::run_widest<gather_pass<T>>(b, done, lo, hi, out, valid, nonfinite);
 #else
-  gather_pass<T>::template run<1>(b, done, lo, hi, out);
+  gather_pass<T>::template run<1>(b, done, lo, hi, out, valid, nonfinite);
 #endif
+}
+// The windowed first read of a part's entropies: its cut candidates for the first digits [lo, hi]
+// (done = 16) as gather_candidates, and in the same pass each response's valid tokens (`valid`,
+// optional) and whether a valid entropy is NaN or infinite.
+template <class T>
+void gather_window(const batch_pointers<T>& b, std::uint64_t lo, std::uint64_t hi, cut_candidates& out,
+                   index_t* valid, bool* nonfinite) {
+  int done = key_digit_bits;
+  out.reset(done, lo, hi, b.layout.responses);
+#if RECO_SIMD
+  simd::run_widest<gather_pass<T, true>>(b, done, lo, hi, out, valid, nonfinite);
+#else
+  gather_pass<T, true>::template run<1>(b, done, lo, hi, out, valid, nonfinite);
+#endif
+}
+
+// A sample of a part's entropy digits (the window of the plan's windowed stage 0): the valid
+// tokens of one chunk of mask_chunk slots in every `stride` (the responses' chunks counted in
+// order; a stride prime to a padded row's chunks samples its columns alike) have their first
+// digits counted into h, a digit histogram of digit_histogram_size counts, zero on entry.
+// Returns the tokens counted; range = the least and greatest digit reached (lo > hi: none).
+template <class T>
+std::uint32_t sample_first_digits(const batch_pointers<T>& b, index_t stride, std::uint32_t* h,
+                                  std::uint64_t range[2]) {
+  constexpr int shift = static_cast<int>(sizeof(T) * 8) - key_digit_bits;
+  const T* e = b.entropy;
+  const std::uint8_t* m = b.mask;
+  std::uint32_t n = 0;
+  std::uint64_t lo = key_digits, hi = 0;
+  index_t skip = 0;  // chunks until the next sampled one
+  for (index_t i = 0; i < b.layout.responses; ++i) {
+    for (index_t t0 = b.layout.begin(i), t1 = b.layout.end(i); t0 < t1; t0 += mask_chunk) {
+      if (skip-- > 0) continue;
+      skip = stride - 1;
+      prefetch_chunk_at(e + t0, m ? m + t0 : nullptr, 4 * stride * mask_chunk);  // about 4 samples ahead
+      for (index_t t = t0, end = t1 - t0 < mask_chunk ? t1 : t0 + mask_chunk; t < end; ++t) {
+        if (m && !m[t]) continue;
+        const std::uint64_t d = order_key_bits(e[t]) >> shift;
+        ++h[d];
+        ++h[key_digits + (d >> digit_group_bits)];
+        lo = d < lo ? d : lo;
+        hi = d > hi ? d : hi;
+        ++n;
+      }
+    }
+  }
+  range[0] = lo;
+  range[1] = hi;
+  return n;
 }
 
 // Per response i of the part: the valid tokens with entropy above `cut` and equal to it.

@@ -68,6 +68,9 @@ struct step_options {
   bool average_over_ranks = true;
   step_layout layout{};  // optional (see step_layout)
   plan_passes passes = plan_passes::automatic;
+  // The 80/20 cut's windowed first pass over a large micro-batch on the host (reco::window_sampling):
+  // its cost, never the plan.
+  reco::window_sampling window{};
 };
 
 // A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.

@@ -17,7 +17,11 @@ plan_ops plan_ops_for(const Objective& obj) {
   plan_ops ops;
   ops.reads_old_mean = reco::detail::needs_old_mean(obj.weight);
   ops.reads_entropy = reco::stages_of(obj).selection;
-  ops.summarize = [obj](const run_request& q, const reco::step_part& part, const reco::part_token_source* tokens) {
+  ops.summarize = [obj](const run_request& q, const reco::step_part& part, const reco::part_token_source* tokens,
+                        reco::part_rounds* state, const reco::window_sampling& sampling) {
+    if (state)
+      return q.use_double ? reco::summarize(obj, q.batch_d, part, *state, sampling, tokens)
+                          : reco::summarize(obj, q.batch_f, part, *state, sampling, tokens);
     return q.use_double ? reco::summarize(obj, q.batch_d, part, tokens) : reco::summarize(obj, q.batch_f, part, tokens);
   };
   ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,

@@ -52,7 +52,10 @@ struct plan_ops {
   // weight that averages it, the entropies for a token selector.
   bool reads_old_mean = true;
   bool reads_entropy = true;
-  std::function<reco::step_summary(const run_request&, const reco::step_part&, const reco::part_token_source*)>
+  // With a state: the part's windowed stage 0 where it applies (reco::window_sampling), its cut
+  // candidates kept in the state for the rounds.
+  std::function<reco::step_summary(const run_request&, const reco::step_part&, const reco::part_token_source*,
+                                   reco::part_rounds*, const reco::window_sampling&)>
       summarize;
   std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
                      index_t first_response, index_t first_group)>
