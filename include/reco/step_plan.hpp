@@ -115,6 +115,16 @@ struct part_rounds {
   detail::cut_candidates candidates;
 };
 
+namespace detail {
+// Marks a state's candidates as gathered before the plan (summarize, gather_early) from a batch
+// of R responses with these entropies of this width: the first round of the next plan takes them.
+inline void hold_before_plan(part_rounds& state, index_t R, const void* entropy, std::size_t width) {
+  state.pending = width;
+  state.responses = R;
+  state.entropy = entropy;
+}
+}  // namespace detail
+
 // A range of first digits [lo, hi] of the entropies' keys (empty when lo > hi).
 struct digit_window {
   std::uint64_t lo = 1, hi = 0;
@@ -847,9 +857,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
     if (above > 0 && window.hi + 1 < plan_buckets) histogram_add(body, window.hi + 1, above);
     if (below > 0) histogram_add(body, window.lo - 1, below);
     state->window = next_window_id();
-    state->pending = sizeof(T);
-    state->responses = R;
-    state->entropy = b.entropy;
+    hold_before_plan(*state, R, b.entropy, sizeof(T));
     s.values[plan_h_windows] = 1;
     s.values[plan_h_window_ids] = static_cast<double>(state->window);
   } else if (state) {
@@ -1184,9 +1192,7 @@ void gather_early(const Obj& obj, const batch_view<T>& batch, digit_window w, pa
   state = part_rounds{};
   if (!detail::summary_has_histogram(obj) || w.lo > w.hi) return;
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
-  state.pending = sizeof(T);
-  state.responses = batch.layout.responses;
-  state.entropy = b.entropy;
+  detail::hold_before_plan(state, batch.layout.responses, b.entropy, sizeof(T));
   gather_part(b, detail::plan_digit_bits, w.lo, w.hi, state.candidates, tokens);
 }
 

@@ -247,6 +247,19 @@ inline bool chunk_masked(const std::uint8_t* m, index_t n) {
   return any == 0;
 }
 
+// Asks for the mask_chunk entropies of T at address h and, when m is not 0, the mask line at m
+// (addresses as integers: past the end they are only prefetched, never read).
+template <class T>
+inline void prefetch_chunk_lines(std::uintptr_t h, std::uintptr_t m) {
+#if defined(__GNUC__)
+  constexpr std::uintptr_t line = 64;
+  for (std::uintptr_t x = h; x < h + sizeof(T) * mask_chunk; x += line) __builtin_prefetch(reinterpret_cast<const void*>(x));
+  if (m) __builtin_prefetch(reinterpret_cast<const void*>(m));
+#else
+  (void)h;
+  (void)m;
+#endif
+}
 // Asks for the cache lines of the chunk of mask_chunk tokens that starts 4 KiB after h (its
 // entropies) and m (its mask bytes, when given). The passes read each token once, most often from
 // memory (the call before them evicted it), and between the chunks they read they skip masked
@@ -256,30 +269,15 @@ inline bool chunk_masked(const std::uint8_t* m, index_t n) {
 // prefetched, never read.
 template <class T>
 inline void prefetch_chunk_ahead(const T* h, const std::uint8_t* m) {
-#if defined(__GNUC__)
-  constexpr std::uintptr_t ahead = 4096, line = 64;
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(h) + ahead;
-  for (std::uintptr_t x = a; x < a + sizeof(T) * mask_chunk; x += line) __builtin_prefetch(reinterpret_cast<const void*>(x));
-  if (m) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(m) + ahead));
-#else
-  (void)h;
-  (void)m;
-#endif
+  constexpr std::uintptr_t ahead = 4096;
+  prefetch_chunk_lines<T>(reinterpret_cast<std::uintptr_t>(h) + ahead, m ? reinterpret_cast<std::uintptr_t>(m) + ahead : 0);
 }
 // The same for the chunk `tokens` slots after h and m (the sample's next chunks but some: its
 // stride leaves the hardware prefetcher nothing to follow).
 template <class T>
 inline void prefetch_chunk_at(const T* h, const std::uint8_t* m, index_t tokens) {
-#if defined(__GNUC__)
-  constexpr std::uintptr_t line = 64;
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(h) + sizeof(T) * static_cast<std::uintptr_t>(tokens);
-  for (std::uintptr_t x = a; x < a + sizeof(T) * mask_chunk; x += line) __builtin_prefetch(reinterpret_cast<const void*>(x));
-  if (m) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(m) + static_cast<std::uintptr_t>(tokens)));
-#else
-  (void)h;
-  (void)m;
-  (void)tokens;
-#endif
+  const auto t = static_cast<std::uintptr_t>(tokens);
+  prefetch_chunk_lines<T>(reinterpret_cast<std::uintptr_t>(h) + sizeof(T) * t, m ? reinterpret_cast<std::uintptr_t>(m) + t : 0);
 }
 
 template <class T, class C>
@@ -608,17 +606,20 @@ struct gather_pass {
     if constexpr (Summary) *nonfinite = bad != 0;
   }
 };
+template <bool Summary, class T>
+void run_gather(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi, cut_candidates& out,
+                index_t* valid, bool* nonfinite) {
+  out.reset(done, lo, hi, b.layout.responses);
+#if RECO_SIMD
+  simd::run_widest<gather_pass<T, Summary>>(b, done, lo, hi, out, valid, nonfinite);
+#else
+  gather_pass<T, Summary>::template run<1>(b, done, lo, hi, out, valid, nonfinite);
+#endif
+}
 template <class T>
 void gather_candidates(const batch_pointers<T>& b, int done, std::uint64_t lo, std::uint64_t hi,
                        cut_candidates& out) {
-  out.reset(done, lo, hi, b.layout.responses);
-  index_t* valid = nullptr;
-  bool* nonfinite = nullptr;
-#if RECO_SIMD
-  simd::run_widest<gather_pass<T>>(b, done, lo, hi, out, valid, nonfinite);
-#else
-  gather_pass<T>::template run<1>(b, done, lo, hi, out, valid, nonfinite);
-#endif
+  run_gather<false>(b, done, lo, hi, out, nullptr, nullptr);
 }
 // The windowed first read of a part's entropies: its cut candidates for the first digits [lo, hi]
 // (done = 16) as gather_candidates, and in the same pass each response's valid tokens (`valid`,
@@ -626,13 +627,7 @@ void gather_candidates(const batch_pointers<T>& b, int done, std::uint64_t lo, s
 template <class T>
 void gather_window(const batch_pointers<T>& b, std::uint64_t lo, std::uint64_t hi, cut_candidates& out,
                    index_t* valid, bool* nonfinite) {
-  int done = key_digit_bits;
-  out.reset(done, lo, hi, b.layout.responses);
-#if RECO_SIMD
-  simd::run_widest<gather_pass<T, true>>(b, done, lo, hi, out, valid, nonfinite);
-#else
-  gather_pass<T, true>::template run<1>(b, done, lo, hi, out, valid, nonfinite);
-#endif
+  run_gather<true>(b, key_digit_bits, lo, hi, out, valid, nonfinite);
 }
 
 // A sample of a part's entropy digits (the window of the plan's windowed stage 0): the valid
