@@ -9,6 +9,7 @@
 #   scripts/reproduce.sh --out DIR ...    # any other option is passed to reco_ablation (--help)
 #
 # Environment: RECO_BUILD_DIR (default build-ablation), RECO_NO_INSTALL=1 to skip apt-get,
+# OPENBLAS_CORETYPE (default Haswell on x86-64 CPUs with AVX2 and FMA: the same kernels on all),
 # CMAKE_PREFIX_PATH for a LibTorch of your own. With --device cuda the LibTorch is looked up in
 # the python3 torch package (a CUDA wheel) unless CMAKE_PREFIX_PATH is set, and nvcc must be found.
 set -euo pipefail
@@ -56,6 +57,18 @@ if [ ${#need[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" > /dev/null
   fi
+fi
+
+# ---- BLAS kernels: the same on every x86-64 CPU with AVX2 and FMA ------------------------------
+# OpenBLAS picks its kernels by CPU at run time, and kernels of other vector widths round the
+# model's products differently: on an AVX-512 Zen 4 guest its own kernels gave other training
+# trajectories (and one secondary verdict flipped) than on a Zen 3, while with the Haswell
+# kernels both print the same study (docs/ablation.md, Determinism). Set OPENBLAS_CORETYPE
+# yourself to choose other kernels.
+if [ "$device" = cpu ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$(uname -m)" = x86_64 ] &&
+   grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=Haswell
+  say "OPENBLAS_CORETYPE=Haswell (the same BLAS kernels on every AVX2 CPU; set it to override)"
 fi
 
 # ---- 2. Configure and build only the study program --------------------------------------------

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -287,6 +288,18 @@ inline std::pair<std::vector<int>, std::vector<int>> subset_indices(const study_
 constexpr int bootstrap_replicates = 2000;
 constexpr uint64_t bootstrap_seed = 20261124;
 
+// The BLAS kernels the CPU runs used, for the report: OpenBLAS picks them by CPU at run time
+// (OPENBLAS_CORETYPE overrides), and different kernels round differently, so the trajectories
+// and the numbers of a study depend on them (docs/ablation.md, Determinism).
+inline std::string blas_kernels() {
+  using corename = char* (*)();
+  if (auto f = reinterpret_cast<corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
+    const char* name = f();
+    return std::string("OpenBLAS ") + (name ? name : "(unknown core)") + " kernels";
+  }
+  return "a BLAS other than OpenBLAS";
+}
+
 inline std::string percent_points(double v, int digits = 1) {
   return std::isnan(v) ? "–" : ((v >= 0 ? "+" : "") + fixed(100.0 * v, digits));
 }
@@ -485,7 +498,7 @@ inline std::vector<claim_result> write_report(const std::filesystem::path& out, 
      << ", " << s.rl.epochs << " PPO epoch(s), " << s.bases
      << " base polic" << (s.bases == 1 ? "y" : "ies") << " × " << s.seeds << " seed(s) for GRPO and ReCo, × "
      << s.secondary_seeds << " for the other configurations, study wall time " << duration_text(study_seconds)
-     << "). Every number below is also in the CSV files of this directory (rounded here for display); "
+     << (s.device == "cpu" ? ", " + blas_kernels() : std::string()) << "). Every number below is also in the CSV files of this directory (rounded here for display); "
         "the settings are in `settings.txt`; the task, the method and a discussion are in `docs/ablation.md`.\n\n";
   md << "**Setting.** Countdown-" << s.task.numbers << " (numbers 1–" << s.task.max_input
      << ", operations + − × ÷, the answer is an expression evaluated left to right; exact verifier, binary "
