@@ -110,9 +110,12 @@ study_settings base_settings(const study_settings& s, int b) {
   return t;
 }
 
+// Keyed by the settings that determine the base policy and, on the CPU, by the BLAS kernels
+// (blas.hpp): a policy pretrained with other kernels is another policy.
 std::string base_model_path(const fs::path& out, const study_settings& s, int b) {
   study_settings t = base_settings(s, b);
-  return (out / "cache" / ("base_" + t.base_model_key() + ".pt")).string();
+  const std::string blas = s.device == "cpu" ? blas_tag() : "";
+  return (out / "cache" / ("base_" + t.base_model_key() + blas + ".pt")).string();
 }
 
 // A worker's job: "pretrain_b<b>", "base_b<b>" (the base policy's evaluation) or

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <dlfcn.h>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "reco/eval/kde.hpp"
 #include "reco/eval/pass_at_k.hpp"
 
+#include "blas.hpp"
 #include "io.hpp"
 #include "rl.hpp"
 #include "settings.hpp"
@@ -287,18 +287,6 @@ inline std::pair<std::vector<int>, std::vector<int>> subset_indices(const study_
 
 constexpr int bootstrap_replicates = 2000;
 constexpr uint64_t bootstrap_seed = 20261124;
-
-// The BLAS kernels the CPU runs used, for the report: OpenBLAS picks them by CPU at run time
-// (OPENBLAS_CORETYPE overrides), and different kernels round differently, so the trajectories
-// and the numbers of a study depend on them (docs/ablation.md, Determinism).
-inline std::string blas_kernels() {
-  using corename = char* (*)();
-  if (auto f = reinterpret_cast<corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
-    const char* name = f();
-    return std::string("OpenBLAS ") + (name ? name : "(unknown core)") + " kernels";
-  }
-  return "a BLAS other than OpenBLAS";
-}
 
 inline std::string percent_points(double v, int digits = 1) {
   return std::isnan(v) ? "–" : ((v >= 0 ? "+" : "") + fixed(100.0 * v, digits));
