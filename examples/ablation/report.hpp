@@ -486,7 +486,8 @@ inline std::vector<claim_result> write_report(const std::filesystem::path& out, 
      << ", " << s.rl.epochs << " PPO epoch(s), " << s.bases
      << " base polic" << (s.bases == 1 ? "y" : "ies") << " × " << s.seeds << " seed(s) for GRPO and ReCo, × "
      << s.secondary_seeds << " for the other configurations, study wall time " << duration_text(study_seconds)
-     << (s.device == "cpu" ? ", " + blas_kernels() : std::string()) << "). Every number below is also in the CSV files of this directory (rounded here for display); "
+     << (s.device == "cpu" ? ", " + blas_kernels() : std::string())
+     << "). Every number below is also in the CSV files of this directory (rounded here for display); "
         "the settings are in `settings.txt`; the task, the method and a discussion are in `docs/ablation.md`.\n\n";
   md << "**Setting.** Countdown-" << s.task.numbers << " (numbers 1–" << s.task.max_input
      << ", operations + − × ÷, the answer is an expression evaluated left to right; exact verifier, binary "
