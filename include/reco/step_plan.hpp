@@ -46,6 +46,11 @@
 // (window_sampling); the first round confirms that those windows held the step's targets, or the
 // plan counts every first digit in one more round.
 //
+// Clip-Cov / KL-Cov (covariance_selection): the summaries carry per-response sums of logp (and of
+// A_t, given per token) for the step's means; the rounds rank each part's selection values
+// (covariance_values, computed again every round from the part's data and the plan) as the cut
+// ranks entropies, on doubles, with k = max(1, floor(ratio N_step)) set by the plan.
+//
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
 // so that the average of the ranks' gradients is the step's gradient.
@@ -70,6 +75,7 @@
 #include <utility>
 #include <vector>
 
+#include "reco/algorithm/covariance_tokens.hpp"
 #include "reco/algorithm/plan_call.hpp"
 #include "reco/backend/cpu/plan_scan.hpp"
 #include "reco/algorithm/response_passes.hpp"
@@ -510,6 +516,18 @@ bool summary_has_histogram(const Obj& obj) {
   else return false;
 }
 
+// The block of a stage-0 summary before the per-response fields: the first histogram round of a
+// cut, or for a covariance selection three values per response of the step (the sum of logp over
+// its valid tokens; the sum of A_t and a 1 when its advantages are given per token), from which
+// the plan takes the step's means.
+inline constexpr std::size_t covariance_slots = 3;
+template <class Obj>
+std::size_t stage0_block(const Obj& obj, index_t responses) {
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
+    return covariance_slots * static_cast<std::size_t>(responses);
+  else return summary_has_histogram(obj) ? plan_histogram : 0;
+}
+
 }  // namespace detail
 
 // The step's plan: what every call of a split step needs from the rest of the step.
@@ -545,6 +563,19 @@ class step_plan {
       detail::require(total.values.size() == detail::plan_header + histograms() * detail::plan_histogram, "plan",
                       "histogram summary of the wrong size");
       ++stage_index_;
+      if (covariance_clip_ && round_ == 0) {
+        // Clip-Cov: the k smallest keys among the candidates, whose number the first histogram
+        // (every first digit of the candidates' values) gives; all of them when there are k or fewer.
+        double candidates = 0;
+        for (std::size_t g = 0; g < detail::digit_groups; ++g) candidates += v[detail::key_digits + g];
+        const auto n = static_cast<index_t>(candidates);
+        if (n <= select_k_) {
+          cut_ = entropy_cut{-HUGE_VAL, -1};
+          stage_ = stage_kind::cut_counts;
+          return;
+        }
+        ranks_[0] = ranks_[1] = rank_[0] = rank_[1] = n - select_k_;
+      }
       if (windows_ > 0) {
         // The first round after a windowed stage 0: unless every windowed part confirmed that its
         // window holds the target digits, they may be wrong; count every first digit again.
@@ -616,8 +647,18 @@ class step_plan {
     c.valid = valid_;
     c.policy = policy_;
     c.scale = step_.scale;
+    c.first = first;
+    c.covariance_adv = covariance_means_[0];
+    c.covariance_logp = covariance_means_[1];
     return c;
   }
+
+  // Covariance selection (Clip-Cov / KL-Cov): the step's mean A and mean logp.
+  bool covariance() const { return covariance_; }
+  double covariance_adv_mean() const { return covariance_means_[0]; }
+  double covariance_logp_mean() const { return covariance_means_[1]; }
+  // The digit histograms the stage-0 summary carried (0 or 1; recycle_taken).
+  std::size_t summary_histograms() const { return summary_histograms_; }
 
   // Where a part's histogram round looks (used by plan_round). Round 0 (after a windowed stage 0
   // that a part's window missed) counts every first digit, in one histogram for every target.
@@ -681,6 +722,9 @@ class step_plan {
   int targets_ = 0, round_ = 0;
   double windows_ = 0, window_ids_ = 0;  // the windowed parts of stage 0 and the sum of their ids
   entropy_cut cut_{HUGE_VAL, -1};
+  bool covariance_ = false, covariance_clip_ = false;
+  double covariance_means_[2] = {0, 0};
+  std::size_t summary_histograms_ = 0;
 };
 
 namespace detail {
@@ -688,9 +732,11 @@ namespace detail {
 // finish_plan took holds one when its size says so (finish_plan checked that it has one of the
 // two sizes); a round that `plan` is about to take (before advance) holds plan.targets() of them
 // in a histogram round, none in the cut counts.
-inline std::size_t stage0_histograms(const step_summary& s, const step_info& step) {
-  return s.values.size() == plan_header + plan_histogram + plan_fields * static_cast<std::size_t>(step.responses) ? 1
-                                                                                                                  : 0;
+inline std::size_t stage0_histograms(const step_plan& plan, const step_summary& s, const step_info& step) {
+  return plan.summary_histograms() == 1 &&
+                 s.values.size() == plan_header + plan_histogram + plan_fields * static_cast<std::size_t>(step.responses)
+             ? 1
+             : 0;
 }
 inline std::size_t round_histograms(const step_plan& plan) {
   return plan.stage() == step_plan::stage_kind::histogram ? static_cast<std::size_t>(plan.histograms()) : 0;
@@ -751,9 +797,9 @@ template <class Obj, class T>
 step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const step_part& part,
                             const part_token_source* tokens, part_rounds* state, const window_sampling& ws) {
   obj.validate();
-  if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
-    fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
-                 "(step plan) is not supported");
+  constexpr bool covariance = is_covariance_selection_v<typename Obj::selector_type>;
+  if (covariance && tokens)
+    fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
   const objective_needs needs = obj.needs();
   validate_inputs(batch, needs.rewards, needs.advantages, needs.ref_logp, needs.entropy, needs.response_weights);
   validate_offsets_host(batch);
@@ -771,7 +817,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   const std::uint64_t fp = plan_fingerprint(obj, st, sizeof(T));
   const bool histogram = summary_has_histogram(obj);
   const std::size_t fields = plan_fields * static_cast<std::size_t>(st.responses);
-  const std::size_t hist = histogram ? plan_histogram : 0;  // the body: the histogram, then the fields
+  const std::size_t hist = stage0_block(obj, st.responses);  // the body: the block, then the fields
   step_summary s = plan_summary(hist + fields, 0, sizeof(T), fp);
 
   const batch_pointers<T> b = pointers_of(batch);
@@ -838,6 +884,14 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
       f[plan_f_old_mean] = t.n > 0 ? t.old_sum / static_cast<double>(t.n) : 0.0;
       f[plan_f_input] = x;
       f[plan_f_weight] = w;
+      if constexpr (covariance) {
+        const covariance_sums c = response_covariance_sums(b, i);
+        if (!finite(c.logp)) bits |= bad_logp;  // the step's mean logp would be NaN on every part
+        double* cv = body + covariance_slots * static_cast<std::size_t>(part.first_response + i);
+        cv[0] = c.logp;
+        cv[1] = c.adv;
+        cv[2] = b.token_advantages ? 1.0 : 0.0;
+      }
     }
   }
   for (int k = 0; k < 16; ++k)
@@ -925,7 +979,7 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
   const std::size_t width = head.width;
   require(step.id == provisional.id && step.scale == provisional.scale && step.config == provisional.config,
           "step", "must differ from the provisional step in its number of responses only");
-  const std::size_t hist = summary_has_histogram(obj) ? plan_histogram : 0;
+  const std::size_t hist = stage0_block(obj, provisional.responses);
   const auto R = static_cast<std::size_t>(provisional.responses);
   require(s.values.size() == plan_header + hist + plan_fields * R, "summary",
           "has the wrong size for the provisional step's " + std::to_string(R) + " responses");
@@ -933,12 +987,27 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
   require(first_response >= 0 && provisional.responses + first_response <= step.responses, "first_response", "the parts' responses [" + std::to_string(first_response) + ", " +
                                 std::to_string(first_response + provisional.responses) + ") must lie in the step's " +
                                 std::to_string(step.responses));
-  const std::size_t body = plan_header + hist, shift = plan_fields * static_cast<std::size_t>(first_response);
-  s.values.resize(body + plan_fields * static_cast<std::size_t>(step.responses), 0.0);
-  double* f = s.values.data() + body;
-  if (shift > 0) {
-    std::memmove(f + shift, f, plan_fields * R * sizeof(double));
-    std::fill(f, f + shift, 0.0);
+  const auto first = static_cast<std::size_t>(first_response);
+  const std::size_t shift = plan_fields * first;
+  double* f = nullptr;
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
+    // The covariance block is per response too: both move.
+    const std::size_t slots = covariance_slots * static_cast<std::size_t>(step.responses);
+    std::vector<double> v(plan_header + slots + plan_fields * static_cast<std::size_t>(step.responses), 0.0);
+    std::copy(s.values.begin(), s.values.begin() + plan_header, v.begin());
+    const double* old = s.values.data() + plan_header;
+    std::copy(old, old + hist, v.data() + plan_header + covariance_slots * first);
+    std::copy(old + hist, old + hist + plan_fields * R, v.data() + plan_header + slots + shift);
+    s.values = std::move(v);
+    f = s.values.data() + plan_header + slots;
+  } else {
+    const std::size_t body = plan_header + hist;
+    s.values.resize(body + plan_fields * static_cast<std::size_t>(step.responses), 0.0);
+    f = s.values.data() + body;
+    if (shift > 0) {
+      std::memmove(f + shift, f, plan_fields * R * sizeof(double));
+      std::fill(f, f + shift, 0.0);
+    }
   }
   for (std::size_t i = 0; i < R; ++i) {
     double& g = f[shift + plan_fields * i + plan_f_group];
@@ -978,7 +1047,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
 
   const index_t R = step.responses;
   const std::size_t fields = plan_fields * static_cast<std::size_t>(R);
-  const std::size_t hist = summary_has_histogram(obj_in) ? plan_histogram : 0;
+  const std::size_t hist = stage0_block(obj_in, R);
   require(total.values.size() == plan_header + hist + fields, "plan",
           "summary of the wrong size for the step's " + std::to_string(R) + " responses");
   const double* body = total.values.data() + plan_header;
@@ -1085,9 +1154,43 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   plan.policy_ = v;
   plan.stage_ = step_plan::stage_kind::complete;
   plan.stage_index_ = 1;
+  plan.summary_histograms_ = summary_has_histogram(obj_in) ? 1 : 0;
   if constexpr (is_covariance_selection_v<typename O::selector_type>) {
-    detail::fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
-                         "(step plan) is not supported");
+    // Clip-Cov / KL-Cov over the step: the means from the per-response sums added in response
+    // order (as one call adds them), then the k largest selection values (covariance_values: the
+    // covariances, or the candidates' negated keys) by the radix rounds on doubles.
+    const auto& p = obj.select.params;
+    covariance_means m;
+    for (index_t i = 0; i < R; ++i) {
+      const double* cv = body + covariance_slots * static_cast<std::size_t>(i);
+      covariance_sums c;
+      c.n = static_cast<double>(plan.length_[i]);
+      c.logp = cv[0];
+      c.adv = cv[1];
+      covariance_add(m, c, plan.adv_[i], cv[2] != 0);
+    }
+    const index_t k = covariance_count(p.ratio, m.n);
+    covariance_finish(m);
+    plan.covariance_ = true;
+    plan.covariance_clip_ = p.mode == covariance_mode::clip;
+    plan.covariance_means_[0] = m.adv;
+    plan.covariance_means_[1] = m.logp;
+    plan.has_selection_ = true;
+    plan.select_ = top_entropy_selection::params_type{};
+    plan.select_.rule = selection_rule::top_k;
+    plan.select_.use_given = false;
+    plan.select_k_ = k;
+    plan.width_ = sizeof(double);
+    if (k == 0) {
+      plan.cut_ = entropy_cut{HUGE_VAL, -1};
+      plan.stage_ = step_plan::stage_kind::cut_counts;
+    } else {
+      // KL-Cov ranks every valid token; Clip-Cov's rank waits for the candidates' count (advance).
+      const index_t rank = plan.covariance_clip_ ? 0 : static_cast<index_t>(m.n) - k;
+      plan.ranks_[0] = plan.ranks_[1] = plan.rank_[0] = plan.rank_[1] = rank;
+      plan.targets_ = 1;
+      plan.stage_ = step_plan::stage_kind::histogram;
+    }
   } else if constexpr (O::selector_type::active) {
     if (!term_on(obj.select)) return plan;  // a selectable selector that is off
     const auto& p = term_of(obj.select).params;
@@ -1224,6 +1327,12 @@ inline bool cut_inside(const cut_candidates& c, std::size_t width, double cut) {
 
 }  // namespace detail
 
+namespace detail {
+template <class T>
+void fill_round(const step_plan& plan, const batch_pointers<T>& b, const step_part& part, part_rounds* state,
+                const part_token_source* tokens, step_summary& s);
+}  // namespace detail
+
 // A part's summary for the plan's pending round (host memory): a histogram of its entropy keys
 // under the current prefix, or its per-response counts above and on the cut. `state` (optional)
 // keeps the part's cut candidates from one round to the next; `tokens` (optional) reads the
@@ -1243,6 +1352,36 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
   const std::size_t body = histogram ? static_cast<std::size_t>(plan.histograms()) * plan_histogram
                                      : 2 * static_cast<std::size_t>(part.step.responses);
   step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
+  if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
+    // The part's selection values (with the step's means and advantages) are ranked as a cut's
+    // entropies are, as doubles; every round computes them again (no state).
+    if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
+    covariance_buffers& buf = thread_covariance_buffers();
+    buf.size_for(b.layout.tokens);
+    covariance_means m;
+    m.adv = plan.covariance_adv_mean();
+    m.logp = plan.covariance_logp_mean();
+    covariance_values(obj, b, plan.advantages().data() + part.first_response, m, part.first_response,
+                      buf.value.data(), buf.in.data());
+    batch_pointers<double> v;
+    v.layout = b.layout;
+    v.entropy = buf.value.data();
+    v.mask = buf.in.data();
+    fill_round(plan, v, part, nullptr, nullptr, s);
+  } else {
+    fill_round(plan, b, part, state, tokens, s);
+  }
+  return s;
+}
+
+namespace detail {
+// A part's round of the plan into s (its header made): histogram or cut counts of the values
+// b.entropy where b's mask is set.
+template <class T>
+void fill_round(const step_plan& plan, const batch_pointers<T>& b, const step_part& part, part_rounds* state,
+                const part_token_source* tokens, step_summary& s) {
+  const index_t R = b.layout.responses;
+  const bool histogram = plan.stage() == step_plan::stage_kind::histogram;
   double* out = s.values.data() + plan_header;
   part_rounds scratch;
   part_rounds& st = state ? *state : scratch;
@@ -1284,7 +1423,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
         s.values[plan_h_window_ids] = static_cast<double>(st.window);
       }
     } else if (windowed) {
-      return s;
+      return;
     } else {
       st.plan = plan.serial();
       st.first_response = part.first_response;
@@ -1323,8 +1462,8 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
       out[2 * (part.first_response + i) + 1] = static_cast<double>(on[i]);
     }
   }
-  return s;
 }
+}  // namespace detail
 
 // Gradient accumulation in one process: the plan of a step given as parts (batches[p] is part
 // parts[p]), with the summaries added here instead of all-reduced.
@@ -1337,7 +1476,7 @@ step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<bat
   std::vector<part_rounds> states(parts.size());
   for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p], states[p], sampling);
   step_plan plan = finish_plan(obj, step, total);
-  const std::size_t histograms = detail::stage0_histograms(total, step);
+  const std::size_t histograms = detail::stage0_histograms(plan, total, step);
   detail::recycle_taken(std::move(total), histograms);
   while (!plan.complete()) {
     step_summary round;

@@ -183,19 +183,4 @@ TEST(Covariance, BadParametersAreNamed) {
   EXPECT_EQ(bad([](reco::presets::kl_cov&) {}), "");
 }
 
-TEST(Covariance, SplitStepIsRejected) {
-  const master_batch m = make_batch(4900, standard_specs()[3]);
-  typed_batch<double> tb(m);
-  const reco::step_info step{1, m.R, 1.0, 0};
-  const std::vector<reco::batch_view<double>> views{tb.view()};
-  const std::vector<reco::step_part> parts{reco::step_part{step, 0, 0}};
-  try {
-    reco::plan_step(reco::presets::clip_cov{}, step, views, parts);
-    ADD_FAILURE() << "plan_step accepted clip_cov";
-  } catch (const reco::error& e) {
-    EXPECT_EQ(e.argument(), "plan");
-    EXPECT_NE(std::string(e.what()).find("covariance_selection"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace

@@ -205,8 +205,9 @@ std::vector<master_batch> standard_batches(std::uint64_t seed) {
 }
 
 template <class T, class Obj>
-void check_all_splits(const Obj& obj, const std::string& name, std::uint64_t seed) {
-  for (master_batch m : standard_batches(seed)) {
+void check_all_splits(const Obj& obj, const std::string& name, std::uint64_t seed,
+                      const std::vector<master_batch>& batches) {
+  for (master_batch m : batches) {
     reco_test::round_to<T>(m);
     const auto whole = reco_test::run_library<T>(obj, m);
     for (const auto& cuts : standard_cuts(m.R, seed)) {
@@ -217,6 +218,11 @@ void check_all_splits(const Obj& obj, const std::string& name, std::uint64_t see
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
+}
+
+template <class T, class Obj>
+void check_all_splits(const Obj& obj, const std::string& name, std::uint64_t seed) {
+  check_all_splits<T>(obj, name, seed, standard_batches(seed));
 }
 
 template <class Obj>
@@ -246,6 +252,43 @@ TEST(StepPlan, PresetsTrlBnpo) { check_both(reco::presets::trl_bnpo{}, "trl_bnpo
 TEST(StepPlan, PresetsTrlLuspo) { check_both(reco::presets::trl_luspo{}, "trl_luspo", 25); }
 TEST(StepPlan, PresetsTrlVespo) { check_both(reco::presets::trl_vespo{}, "trl_vespo", 26); }
 // TRL's delta cap and importance-weighted KL (docs/peers.md).
+// Clip-Cov and KL-Cov: the step's means, its k and the tokens' places in the step. The presets'
+// own ratio selects one token of these small steps; wider ratios and bands select many, and a
+// ratio of 1 takes every Clip-Cov candidate.
+TEST(StepPlan, PresetsClipCov) {
+  reco::presets::clip_cov o;
+  check_both(o, "clip_cov", 27);
+  o.select.params.ratio = 0.2;
+  o.select.params.lb = -0.3;
+  o.select.params.ub = 0.3;
+  check_both(o, "clip_cov band", 28);
+  o.select.params.ratio = 1;
+  check_both(o, "clip_cov every candidate", 29);
+}
+TEST(StepPlan, PresetsKlCov) {
+  reco::presets::kl_cov o;
+  check_both(o, "kl_cov", 30);
+  o.select.params.ratio = 0.3;
+  check_both(o, "kl_cov 30%", 31);
+}
+// Equal covariances across parts: log-probabilities on a grid of 4 values and binary rewards give
+// many tokens one (A, logp) pair, so the k-th largest covariance is shared by tokens of several
+// parts; the step order decides, as in one call.
+TEST(StepPlan, KlCovTiesAcrossPartsKeepStepOrder) {
+  std::vector<master_batch> batches = standard_batches(32);
+  for (master_batch& m : batches)
+    for (std::size_t t = 0; t < m.logp.size(); ++t) m.logp[t] = -0.25 - 0.5 * static_cast<double>(t % 4);
+  reco::presets::kl_cov o;
+  o.select.params.ratio = 0.37;
+  check_all_splits<double>(o, "kl_cov ties", 32, batches);
+  check_all_splits<float>(o, "kl_cov ties", 32, batches);
+  reco::presets::clip_cov c;  // equal keys need a 53-bit collision: the ties here are of the clip
+  c.select.params.ratio = 0.37;
+  c.select.params.lb = -0.4;
+  c.select.params.ub = 0.4;
+  check_all_splits<double>(c, "clip_cov on a logp grid", 33, batches);
+}
+
 TEST(StepPlan, PeerSwitches) {
   reco::presets::grpo o;
   o.clip.params.delta = 1.3;
@@ -869,6 +912,17 @@ TEST(StepPlan, RandomSplitsProperty) {
                            reco_test::run_library<float>(reco::presets::rule_80_20{}, m32), label);
       }
     }
+    // Clip-Cov and KL-Cov with a random ratio (and band) on the same steps.
+    reco::presets::kl_cov kl;
+    kl.select.params.ratio = 0.01 + 0.5 * static_cast<double>(rng() % 1000) / 1000.0;
+    reco::presets::clip_cov cc;
+    cc.select.params.ratio = kl.select.params.ratio;
+    cc.select.params.lb = -0.1 - static_cast<double>(rng() % 100) / 100.0;
+    cc.select.params.ub = 0.1 + static_cast<double>(rng() % 100) / 100.0;
+    if (it % 2 == 0)
+      expect_same<double>(run_split<double>(kl, m, cuts), reco_test::run_library<double>(kl, m), label + " kl_cov");
+    else
+      expect_same<double>(run_split<double>(cc, m, cuts), reco_test::run_library<double>(cc, m), label + " clip_cov");
     if (HasFailure()) return;
   }
 }
@@ -983,6 +1037,35 @@ TEST(StepPlan, PlacedSummariesEqualRealOnes) {
   check_placed_summary<double>(reco::presets::rule_80_20{}, "rule_80_20 double");
   check_placed_summary<double>(reco::presets::reco{}, "reco double");
   check_placed_summary<float>(reco::presets::dr_grpo{}, "dr_grpo float");
+  check_placed_summary<double>(reco::presets::kl_cov{}, "kl_cov double");  // its per-response sums move too
+  check_placed_summary<float>(reco::presets::clip_cov{}, "clip_cov float");
+}
+
+// A covariance plan reads logp: a NaN in one part's valid logp fails finish_plan naming
+// batch.logp (on every part alike, from the summed counters), not a NaN mean on every rank.
+TEST(StepPlan, CovarianceSummaryRejectsNonFiniteLogp) {
+  two_parts d;
+  reco::presets::kl_cov obj;
+  typed_batch<double> ta(d.a), tb(d.b);
+  index_t t = d.b.begin(0);
+  while (!d.b.mask[static_cast<std::size_t>(t)]) ++t;
+  tb.logp[static_cast<std::size_t>(t)] = std::nan("");
+  const reco::step_info step{1, d.m.R, 1.0, 0};
+  const std::vector<reco::step_part> parts{{step, 0, d.fg_a}, {step, d.half, d.fg_b}};
+  try {
+    reco::plan_step(obj, step, views(ta, tb), parts);
+    ADD_FAILURE() << "no error for a NaN logp";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "batch.logp") << e.what();
+  }
+  // A masked NaN is not read.
+  typed_batch<double> tm(d.b);
+  index_t u = d.b.begin(0);
+  while (u < d.b.N && d.b.mask[static_cast<std::size_t>(u)]) ++u;
+  if (u < d.b.N) {
+    tm.logp[static_cast<std::size_t>(u)] = std::nan("");
+    EXPECT_NO_THROW(reco::plan_step(obj, step, views(ta, tm), parts));
+  }
 }
 
 TEST(StepPlan, PlanFromAnotherStepIsRejected) {
@@ -1015,6 +1098,16 @@ TEST(StepPlan, PlanFromAnotherStepIsRejected) {
     for (auto& h : ea.entropy) h = 3.0 - h;
     expect_plan_error([&] { sel(reco::cpu{}, ea.view(), reco::gradients<double>{g, {}}, p80, pa); },
                       "entropies differ");
+  }
+  // Log-probabilities other than the planned ones (KL-Cov): the selected set would not be the plan's.
+  {
+    reco::presets::kl_cov kl;
+    kl.select.params.ratio = 0.3;
+    typed_batch<double> ca(d.a), cb(d.b);
+    const reco::step_plan pk = reco::plan_step(kl, step, views(ca, cb), std::vector<reco::step_part>{pa, pb});
+    for (auto& l : ca.logp) l *= 0.5;  // still valid log-probabilities, other covariances
+    expect_plan_error([&] { kl(reco::cpu{}, ca.view(), reco::gradients<double>{g, {}}, pk, pa); },
+                      "by covariance");
   }
   // The part's range outside the step.
   reco::step_part far = pb;

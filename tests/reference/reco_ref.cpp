@@ -823,14 +823,20 @@ std::vector<std::uint8_t> cov_selected_of(const batch& b, const config& c, const
                                           const std::vector<double>& adv, const std::vector<double>& frozen) {
   std::vector<std::uint8_t> sel(at(lay.N), 0);
   if (c.select != selection::cov_clip && c.select != selection::cov_kl) return sel;
+  // The sums per response (tokens in position order), then over the responses in order.
   double n = 0, sa = 0, sl = 0;
-  for (i64 i = 0; i < lay.R; ++i)
+  for (i64 i = 0; i < lay.R; ++i) {
+    double ni = 0, ai = 0, li = 0;
     for (i64 t = b.token_begin[at(i)]; t < b.token_end[at(i)]; ++t)
       if (lay.valid[at(t)]) {
-        n += 1;
-        sa += b.token_advantages.empty() ? adv[at(i)] : b.token_advantages[at(t)];
-        sl += frozen[at(t)];
+        ni += 1;
+        if (!b.token_advantages.empty()) ai += b.token_advantages[at(t)];
+        li += frozen[at(t)];
       }
+    n += ni;
+    sa += b.token_advantages.empty() ? ni * adv[at(i)] : ai;
+    sl += li;
+  }
   if (n == 0) return sel;
   const double ma = sa / n, ml = sl / n;
   const i64 k = std::max<i64>(1, static_cast<i64>(c.cov_ratio * n));
@@ -856,7 +862,10 @@ std::vector<std::uint8_t> cov_selected_of(const batch& b, const config& c, const
         if (clip_binds || !(cov > c.cov_lb) || !(cov < c.cov_ub)) continue;
         std::uint64_t seed_bits = 0;
         std::memcpy(&seed_bits, &c.cov_seed, sizeof seed_bits);
-        const std::uint64_t key = mix64((seed_bits * 0xD1B54A32D192ED03ull) ^ static_cast<std::uint64_t>(t));
+        // The token's place: its response and its position in the response's token range.
+        const std::uint64_t place = (static_cast<std::uint64_t>(i) << 32) ^
+                                    static_cast<std::uint64_t>(t - b.token_begin[at(i)]);
+        const std::uint64_t key = mix64((seed_bits * 0xD1B54A32D192ED03ull) ^ place) >> 11;
         cs.push_back({cov, key, t});
       } else {
         cs.push_back({cov, 0, t});

@@ -101,7 +101,7 @@ def rank_main(rank, world, path, result_dir, device, backend):
                 "select=top_entropy kl=kl_penalty")  # a composition (docs/composition.md): CPU tensors only
     presets = ["grpo", "dr_grpo", "reco", "rule_80_20", "rule_80_20_reco", "dapo_reco", "gspo"]
     if device == "cpu":
-        presets.append(composed)
+        presets += [composed, "clip_cov", "kl_cov"]  # the covariance selections run on CPU tensors only
     for step, preset in enumerate(presets):
         mine = [micro_batch(s, cuts[p], cuts[p + 1], device) for p in range(len(cuts) - 1) if p % world == rank]
         loss = planned_step(reco, preset, mine, step + 1, s["R"])

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,7 +113,6 @@ int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int 
   const step_data s = make_step(42);
   std::uint64_t step_id = 1;
   for (const std::string& preset : reco::torch::preset_names()) {
-    if (preset == "clip_cov" || preset == "kl_cov") continue;  // no split step (tests/core/test_covariance.cpp)
     for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
       const double tol = dt == at::kDouble ? 1e-12 : 1e-6;
       const auto bounds = part_bounds(s.R, world * micro, 7 + step_id);
@@ -125,14 +125,20 @@ int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int 
       opt.step = step_id++;
       opt.passes = passes;
       opt.window = window;
-      const auto plan = reco::torch::build_step_plan(group, preset, mbs, {}, opt);
+      // The covariance presets select one token of this small step at their own ratio; a wider
+      // ratio (and Clip-Cov band) selects many, across the parts.
+      std::map<std::string, double> over;
+      if (preset == "kl_cov" || preset == "clip_cov") over = {{"select.ratio", 0.25}};
+      if (preset == "clip_cov") over.insert({{"select.lb", -0.5}, {"select.ub", 0.5}});
+      const auto plan = reco::torch::build_step_plan(group, preset, mbs, over, opt);
       // A plan whose windowed stage 0 missed the cut takes two stages more than the 80/20 cut's
       // histogram rounds and counts (2 for float32, 4 for float64).
-      if (fallbacks && plan.plan.stage_index() > (dt == at::kDouble ? 5 : 3)) ++*fallbacks;
+      // (A covariance selection has no windows: its values need the step's means first.)
+      if (fallbacks && !plan.plan.covariance() && plan.plan.stage_index() > (dt == at::kDouble ? 5 : 3)) ++*fallbacks;
       // This rank's gradient over the whole step's tokens (zeros elsewhere) and its loss.
       at::Tensor grad = at::zeros({s.N + 1}, at::kDouble);
       for (int j = 0; j < micro; ++j) {
-        auto out = reco::torch::policy_loss(preset, mbs[static_cast<std::size_t>(j)], {}, plan, static_cast<std::size_t>(j));
+        auto out = reco::torch::policy_loss(preset, mbs[static_cast<std::size_t>(j)], over, plan, static_cast<std::size_t>(j));
         out.loss.backward();
         const std::int64_t t0 = s.offsets[static_cast<std::size_t>(bounds[static_cast<std::size_t>(rank * micro + j)])];
         const at::Tensor g = mbs[static_cast<std::size_t>(j)].logp.grad();
@@ -147,7 +153,7 @@ int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int 
       grad.div_(world);
       // One call on the whole step.
       auto whole_in = inputs(s, 0, s.R, dt);
-      auto whole = reco::torch::policy_loss(preset, whole_in);
+      auto whole = reco::torch::policy_loss(preset, whole_in, over);
       whole.loss.backward();
       const at::Tensor wg = whole_in.logp.grad().to(at::kDouble);
       const double gmax = wg.abs().max().item<double>();
@@ -320,7 +326,7 @@ TEST(StepPlanTorch, TensorPassesMakeTheHostPlan) {
   std::uint64_t id = 1;
   int compared = 0, later_rounds = 0;
   for (const std::string& preset : reco::torch::preset_names()) {
-    if (preset == "clip_cov" || preset == "kl_cov") continue;
+    if (preset == "clip_cov" || preset == "kl_cov") continue;  // its plan reads logp on the host only
     for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
       const double tol = dt == at::kDouble ? 1e-13 : 1e-6;
       for (bool padded : {false, true}) {

@@ -95,7 +95,7 @@ struct plan_input {
 
 plan_input plan_input_of(const policy_inputs& in, const detail::plan_ops& ops, const detail::objective_needs& needs,
                          const at::Device& device, plan_passes passes) {
-  const bool on_device = detail::tensor_token_passes::applies(in) &&
+  const bool on_device = !ops.covariance && detail::tensor_token_passes::applies(in) &&
                          (passes == plan_passes::tensor_ops || (passes == plan_passes::automatic && !device.is_cpu()));
   plan_input p;
   p.q = detail::make_request(device.is_cpu() ? in : on_host(in, ops, on_device), needs);
@@ -313,7 +313,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   out.plan = ops.finish(step, total_summary);
   // The summed summaries go back to this thread's pool set to zero (their histograms' reached
   // digits only), so that the next plan's summaries need no fill.
-  const std::size_t histograms = reco::detail::stage0_histograms(total_summary, step);
+  const std::size_t histograms = reco::detail::stage0_histograms(out.plan, total_summary, step);
   reco::detail::recycle_taken(std::move(total_summary), histograms);
   while (!out.plan.complete()) {
     reco::step_summary round;

@@ -1,7 +1,12 @@
-// Clip-Cov / KL-Cov (reco/select/covariance.hpp) on the host: the per-token flags of the
-// selected tokens, and KL-Cov's |logp - old_logp| term added after the token pass. Host-only:
-// the selection is an O(N) nth_element over the call's valid tokens, which needs the final
-// per-response advantages in host memory (CPU backends; the CUDA paths reject the selector).
+// Clip-Cov / KL-Cov (reco/select/covariance.hpp) on the host: each token's selection value, the
+// per-token flags of the selected tokens, and KL-Cov's |logp - old_logp| term added after the
+// token pass. Host-only: the selection needs the final per-response advantages in host memory
+// (CPU backends; the CUDA paths reject the selector).
+//
+// One definition serves a single call and a split step (reco/step_plan.hpp): the means are sums
+// per response (in position order) added in response order, and a token is named by its response's
+// index in the step and its position in the response, so that every part of a split step computes
+// the values, and the step plan selects the tokens, that one call on the whole step would.
 #pragma once
 
 #include <algorithm>
@@ -26,53 +31,75 @@ inline std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Clip-Cov's reproducible order of the candidates: a seeded hash of the token's position in the
-// call's token array (its rank among the candidates decides; ties, which need a 64-bit
-// collision, go to the earlier token).
-inline std::uint64_t covariance_subset_key(double seed, index_t t) {
+// Clip-Cov's reproducible order of the candidates: a seeded hash of the token's place in the step
+// (its response's index, its position in the response), cut to 53 bits so that it is exact as a
+// double (the selection ranks doubles; the rare equal keys go to the earlier token).
+inline std::uint64_t covariance_subset_key(double seed, index_t response, index_t position) {
   std::uint64_t bits = 0;
   std::memcpy(&bits, &seed, sizeof bits);
-  return splitmix64(bits * 0xD1B54A32D192ED03ull ^ static_cast<std::uint64_t>(t));
+  const std::uint64_t place = (static_cast<std::uint64_t>(response) << 32) ^ static_cast<std::uint64_t>(position);
+  return splitmix64(bits * 0xD1B54A32D192ED03ull ^ place) >> 11;
 }
 
-// flags[t] = 1 for the selected tokens, 0 otherwise (N entries). Returns the number selected.
+// k = max(1, floor(ratio N)) for N valid tokens (verl's int(ratio * N), at least 1); 0 when N = 0.
+inline index_t covariance_count(double ratio, double n) {
+  if (n < 1) return 0;
+  const auto k = static_cast<index_t>(ratio * n);
+  return k < 1 ? 1 : k;
+}
+
+// Over one response's valid tokens, in position order: their number, the sum of logp and, when the
+// advantages are given per token, the sum of A_t (else 0: the response's A_i counts n times).
+struct covariance_sums {
+  double n = 0, logp = 0, adv = 0;
+};
+template <class T>
+covariance_sums response_covariance_sums(const batch_pointers<T>& b, index_t i) {
+  covariance_sums s;
+  for (index_t t = b.layout.begin(i), e = b.layout.end(i); t < e; ++t)
+    if (b.valid(t)) {
+      s.n += 1;
+      s.logp += static_cast<double>(b.logp[t]);
+      if (b.token_advantages) s.adv += static_cast<double>(b.token_advantages[t]);
+    }
+  return s;
+}
+
+// The population's means: mean A = sum_i (A-sum_i or n_i A_i) / N, mean logp = sum_i logp-sum_i / N,
+// both summed over the responses in order (a split step adds the same per-response sums).
+struct covariance_means {
+  double n = 0, adv = 0, logp = 0;
+};
+inline void covariance_add(covariance_means& m, const covariance_sums& s, double response_adv, bool token_advantages) {
+  m.n += s.n;
+  m.adv += token_advantages ? s.adv : s.n * response_adv;
+  m.logp += s.logp;
+}
+inline void covariance_finish(covariance_means& m) {
+  m.adv = m.n > 0 ? m.adv / m.n : 0.0;
+  m.logp = m.n > 0 ? m.logp / m.n : 0.0;
+}
+
+// Each token's selection value, where in[t] = 1 (else in[t] = 0 and value[t] is not written):
+// KL-Cov: every valid token, value cov_t; Clip-Cov: the candidates (lb < cov_t < ub, clip not
+// binding), value -key_t. The selected tokens are then the largest values, the earlier token of the
+// step first on equal values: the k largest covariances, or the k smallest keys. `adv`: the final
+// per-response advantages; `first_response`: the step index of the batch's first response.
+// Returns the number of tokens with in[t] = 1.
 template <class Obj, class T>
-index_t covariance_select(const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
-                          std::uint8_t* flags) {
+index_t covariance_values(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
+                          index_t first_response, double* value, std::uint8_t* in) {
   const auto& p = obj.select.params;
   const token_layout& L = b.layout;
-  const index_t N = L.tokens;
-  std::fill(flags, flags + N, std::uint8_t(0));
-
-  // Means over the valid tokens (a response's advantage broadcast to its tokens unless given per
-  // token).
-  double n = 0, sum_a = 0, sum_l = 0;
-  for (index_t i = 0; i < L.responses; ++i)
-    for (index_t t = L.begin(i); t < L.end(i); ++t)
-      if (b.valid(t)) {
-        n += 1;
-        sum_a += b.advantage_at(t, r.adv[i]);
-        sum_l += static_cast<double>(b.logp[t]);
-      }
-  if (n == 0) return 0;
-  const double mean_a = sum_a / n, mean_l = sum_l / n;
-  index_t k = static_cast<index_t>(p.ratio * n);  // verl: int(ratio * N), at least 1
-  if (k < 1) k = 1;
-
-  struct scored {
-    double cov;
-    std::uint64_t key;
-    index_t t;
-  };
-  std::vector<scored> cand;
-  cand.reserve(static_cast<std::size_t>(n));
+  std::fill(in, in + L.tokens, std::uint8_t(0));
   const double limit = obj.ratio.params.log_ratio_clamp;
+  index_t count = 0;
   for (index_t i = 0; i < L.responses; ++i) {
-    for (index_t t = L.begin(i); t < L.end(i); ++t) {
+    for (index_t t = L.begin(i), t0 = t, e = L.end(i); t < e; ++t) {
       if (!b.valid(t)) continue;
-      const double a = b.advantage_at(t, r.adv[i]);
+      const double a = b.advantage_at(t, adv[i]);
       const double logp = static_cast<double>(b.logp[t]);
-      const double cov = (a - mean_a) * (logp - mean_l);
+      const double cov = (a - m.adv) * (logp - m.logp);
       if (p.mode == covariance_mode::clip) {
         if (!(cov > p.lb && cov < p.ub)) continue;
         if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
@@ -83,22 +110,57 @@ index_t covariance_select(const Obj& obj, const batch_pointers<T>& b, const resp
           const double xc = std::min(std::max(x, 1.0 - obj.clip.params.eps_low), 1.0 + obj.clip.params.eps_high);
           if (-a * xc > -a * x) continue;
         }
-        cand.push_back({cov, covariance_subset_key(p.seed, t), t});
+        value[t] = -static_cast<double>(covariance_subset_key(p.seed, first_response + i, t - t0));
       } else {
-        cand.push_back({cov, 0, t});
+        value[t] = cov;
       }
+      in[t] = 1;
+      ++count;
     }
   }
-  const std::size_t take = std::min(static_cast<std::size_t>(k), cand.size());
-  if (take < cand.size()) {
-    if (p.mode == covariance_mode::clip)
-      std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
-                       [](const scored& x, const scored& y) { return x.key != y.key ? x.key < y.key : x.t < y.t; });
-    else  // the largest covariances; on equal values the earlier token wins
-      std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
-                       [](const scored& x, const scored& y) { return x.cov != y.cov ? x.cov > y.cov : x.t < y.t; });
+  return count;
+}
+
+// The buffers of covariance_values, kept by the thread (a call or a plan round at a time).
+struct covariance_buffers {
+  std::vector<double> value;
+  std::vector<std::uint8_t> in;
+  void size_for(index_t tokens) {
+    value.resize(static_cast<std::size_t>(tokens));
+    in.resize(static_cast<std::size_t>(tokens));
   }
-  for (std::size_t j = 0; j < take; ++j) flags[cand[j].t] = 1;
+};
+inline covariance_buffers& thread_covariance_buffers() {
+  thread_local covariance_buffers c;
+  return c;
+}
+
+// flags[t] = 1 for the tokens one call on the whole batch selects, 0 otherwise (N entries).
+// Returns the number selected.
+template <class Obj, class T>
+index_t covariance_select(const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
+                          std::uint8_t* flags) {
+  const token_layout& L = b.layout;
+  const index_t N = L.tokens;
+  std::fill(flags, flags + N, std::uint8_t(0));
+  covariance_means m;
+  for (index_t i = 0; i < L.responses; ++i)
+    covariance_add(m, response_covariance_sums(b, i), r.adv[i], b.token_advantages != nullptr);
+  const index_t k = covariance_count(obj.select.params.ratio, m.n);
+  if (k == 0) return 0;
+  covariance_finish(m);
+  covariance_buffers& buf = thread_covariance_buffers();
+  buf.size_for(N);
+  covariance_values(obj, b, r.adv, m, 0, buf.value.data(), buf.in.data());
+  std::vector<index_t> cand;
+  for (index_t t = 0; t < N; ++t)
+    if (buf.in[static_cast<std::size_t>(t)]) cand.push_back(t);
+  const std::size_t take = std::min(static_cast<std::size_t>(k), cand.size());
+  const double* v = buf.value.data();
+  if (take < cand.size())  // the largest values; on equal values the earlier token
+    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
+                     [v](index_t x, index_t y) { return v[x] != v[y] ? v[x] > v[y] : x < y; });
+  for (std::size_t j = 0; j < take; ++j) flags[cand[j]] = 1;
   return static_cast<index_t>(take);
 }
 

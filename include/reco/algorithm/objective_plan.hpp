@@ -27,7 +27,7 @@ struct objective_stages {
   bool sequence = false;              // a sequence-scope ratio: one log-ratio sum per response
   bool sequence_in_finalize = false;  // ... that waits for the final advantages (GMPO reads their sign)
   bool selection = false;             // a token selector is on: kept flags and kept counts
-  bool covariance = false;            // ... ranking token covariances (CPU, one call: no step plan)
+  bool covariance = false;            // ... ranking token covariances (CPU)
   bool kept_counts = false;           // the policy term divides by the kept tokens
   bool entropy_quantile = false;      // entropy-split clip: per-response entropy quantiles
   bool planned = false;               // a call of a split step: per-response values from the step plan

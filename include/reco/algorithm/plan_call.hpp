@@ -31,6 +31,9 @@ struct plan_call {
   aggregation_counts valid{};         // the step's counts for the KL / entropy terms
   aggregation_counts policy{};        // ... for the policy term
   double scale = 1;                   // multiplies every coefficient (data-parallel averaging)
+  index_t first = 0;                  // the step index of the call's first response
+  double covariance_adv = 0;          // covariance selection: the step's mean A and mean logp
+  double covariance_logp = 0;
 };
 
 // The stages of a planned call: the batch stage (batch-std advantages, batch-mean weights) was

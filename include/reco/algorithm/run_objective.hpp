@@ -103,14 +103,28 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   const std::uint8_t* kept = nullptr;
   constexpr bool covariance = is_covariance_selection_v<typename Objective::selector_type>;
   if constexpr (covariance) {
-    // Clip-Cov / KL-Cov: selected on the host over this call's tokens.
-    if (plan != nullptr)
-      fail("plan", "covariance_selection (clip_cov / kl_cov) ranks the tokens of one call; a split step "
-                   "(step plan) is not supported");
+    // Clip-Cov / KL-Cov: selected on the host over this call's tokens, or over the step's.
     if constexpr (!Backend::host_accessible) {
       fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
     } else {
-      covariance_select(obj, b, r, sc.kept);
+      if (plan != nullptr) {
+        // The step's means and cut; the values of this call's tokens are those the plan ranked.
+        covariance_means m;
+        m.adv = plan->covariance_adv;
+        m.logp = plan->covariance_logp;
+        covariance_buffers& buf = thread_covariance_buffers();
+        buf.size_for(N);
+        covariance_values(obj, b, r.adv, m, plan->first, buf.value.data(), buf.in.data());
+        be.for_each(R, planned_kept_fn<double>{{b.layout, buf.value.data(), buf.in.data(), *plan, sc.kept}});
+        be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+        for (index_t i = 0; i < R; ++i)
+          if (r.kept[i] != plan->kept[i])
+            fail("plan", "selects " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
+                             " by covariance but this call's data select " + std::to_string(r.kept[i]) +
+                             ": logp, old_logp or the advantages differ from those the plan was built with");
+      } else {
+        covariance_select(obj, b, r, sc.kept);
+      }
       if (obj.select.params.mode == covariance_mode::clip) {
         // The selected tokens leave the policy term; the denominator keeps every valid token.
         for (index_t t = 0; t < N; ++t) sc.kept[t] = b.valid(t) && sc.kept[t] == 0 ? 1 : 0;

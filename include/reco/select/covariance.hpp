@@ -7,11 +7,14 @@
 //    not bind (-A clamp(r) <= -A r) and with lb < cov < ub; k = max(1, floor(ratio N)) of them
 //    (all, when there are at most k) lose their policy term (loss and gradient 0; they still
 //    count in the denominator). verl picks the k by torch.randperm; here the choice is
-//    reproducible: the k candidates with the smallest splitmix64(bits(seed) * C ^ position).
+//    reproducible: the k candidates with the smallest key, splitmix64(bits(seed) * C ^ place) >> 11,
+//    place = (response << 32) ^ position in the response (ties: the earlier token wins).
 //  - covariance_mode::kl (KL-Cov): the k = max(1, floor(ratio N)) valid tokens with the largest
 //    cov (ties: the earlier token wins) get + coef |logp - old_logp| on their policy term.
-// N is the number of valid tokens of the call. The selection is computed on the host: CPU
-// backends and the LibTorch adapter; the CUDA paths and a split step (step plan) reject it.
+// N is the number of valid tokens of the call, or of the step with a step plan (the means and
+// the k then are the step's, and a token's place is its response's index in the step). The
+// selection is computed on the host: CPU backends and the LibTorch adapter on CPU tensors; the
+// CUDA paths reject it.
 #pragma once
 
 #include <cmath>

@@ -16,7 +16,9 @@ template <class Objective>
 plan_ops plan_ops_for(const Objective& obj) {
   plan_ops ops;
   ops.reads_old_mean = reco::detail::needs_old_mean(obj.weight);
-  ops.reads_entropy = reco::stages_of(obj).selection;
+  const reco::objective_stages stages = reco::stages_of(obj);
+  ops.reads_entropy = stages.selection && !stages.covariance;  // covariances are made from logp
+  ops.covariance = stages.covariance;
   ops.summarize = [obj](const run_request& q, const reco::step_part& part, const reco::part_token_source* tokens,
                         reco::part_rounds* state, const reco::window_sampling& sampling) {
     if (state)

@@ -52,6 +52,8 @@ struct plan_ops {
   // weight that averages it, the entropies for a token selector.
   bool reads_old_mean = true;
   bool reads_entropy = true;
+  // A covariance selection (Clip-Cov / KL-Cov): its plan reads logp, on the host.
+  bool covariance = false;
   // With a state: the part's windowed stage 0 where it applies (reco::window_sampling), its cut
   // candidates kept in the state for the rounds.
   std::function<reco::step_summary(const run_request&, const reco::step_part&, const reco::part_token_source*,
