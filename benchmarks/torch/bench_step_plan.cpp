@@ -279,8 +279,10 @@ void register_all() {
   for (int64_t n : {int64_t(64), int64_t(8) << 10, int64_t(66) << 10})
     benchmark::RegisterBenchmark("step_plan/allreduce", BM_allreduce)
         ->Arg(n)->Iterations(200)->Unit(benchmark::kMillisecond)->UseRealTime();
-  for (const char* p : {"rule_80_20", "grpo", "reco"}) {
-    const std::string preset = p;
+  std::vector<std::string> presets{"rule_80_20", "grpo", "reco"};
+  if (device.is_cpu()) presets.insert(presets.end(), {"kl_cov", "clip_cov"});  // covariance: CPU tensors only
+  for (const std::string& preset : presets) {
+    const bool covariance = preset == "kl_cov" || preset == "clip_cov";
     for (int64_t N : sizes) {
       auto add = [&](const char* what, auto fn, auto flag) {
         benchmark::RegisterBenchmark(("step_plan/" + preset + "/" + what).c_str(), fn, preset, flag)
@@ -289,7 +291,8 @@ void register_all() {
       add("plan", BM_plan, collective);
       add("plan_given_layout", BM_plan, collective_given_layout);
       add("plan_local", BM_plan, local);
-      add(device.is_cpu() ? "plan_tensor_ops" : "plan_host_passes", BM_plan, collective_other_passes);
+      if (!covariance)  // a covariance plan reads logp on the host: it has no tensor passes
+        add(device.is_cpu() ? "plan_tensor_ops" : "plan_host_passes", BM_plan, collective_other_passes);
       add("call_planned", BM_call, true);
       add("call", BM_call, false);
       for (const bool given : {false, true})

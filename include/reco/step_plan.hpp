@@ -68,6 +68,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -1331,6 +1332,44 @@ namespace detail {
 template <class T>
 void fill_round(const step_plan& plan, const batch_pointers<T>& b, const step_part& part, part_rounds* state,
                 const part_token_source* tokens, step_summary& s);
+
+// A part's covariance selection values for a plan's rounds, kept by the thread: one set per part
+// of the plan being built (the plan's serial, the part's first response, its logp), reused for
+// the next plans' parts. The rounds of one plan so compute them once per part (a step of 16M
+// token slots on 2 ranks keeps 9 bytes per slot of the rank's parts).
+struct tagged_covariance_values {
+  std::uint64_t plan = 0;
+  index_t first_response = -1, tokens = -1;
+  const void* logp = nullptr;
+  covariance_buffers buf;
+};
+template <class Obj, class T>
+const covariance_buffers& covariance_values_for(const Obj& obj, const step_plan& plan, const batch_pointers<T>& b,
+                                                const step_part& part) {
+  thread_local std::vector<std::unique_ptr<tagged_covariance_values>> pool;
+  tagged_covariance_values* slot = nullptr;
+  for (auto& e : pool)
+    if (e->plan == plan.serial() && e->first_response == part.first_response && e->logp == b.logp &&
+        e->tokens == b.layout.tokens)
+      return e->buf;
+  for (auto& e : pool)  // a set of an earlier plan is no longer read
+    if (e->plan != plan.serial() && (!slot || e->buf.value.capacity() > slot->buf.value.capacity())) slot = e.get();
+  if (!slot) {
+    pool.push_back(std::make_unique<tagged_covariance_values>());
+    slot = pool.back().get();
+  }
+  slot->plan = plan.serial();
+  slot->first_response = part.first_response;
+  slot->tokens = b.layout.tokens;
+  slot->logp = b.logp;
+  slot->buf.size_for(b.layout.tokens);
+  covariance_means m;
+  m.adv = plan.covariance_adv_mean();
+  m.logp = plan.covariance_logp_mean();
+  covariance_values(obj, b, plan.advantages().data() + part.first_response, m, part.first_response,
+                    slot->buf.value.data(), slot->buf.in.data());
+  return slot->buf;
+}
 }  // namespace detail
 
 // A part's summary for the plan's pending round (host memory): a histogram of its entropy keys
@@ -1354,20 +1393,15 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
   step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
     // The part's selection values (with the step's means and advantages) are ranked as a cut's
-    // entropies are, as doubles; every round computes them again (no state).
+    // entropies are, as doubles: computed once per part and plan (covariance_values_for), then
+    // read by the first rounds; with a state the later rounds read its candidates.
     if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
-    covariance_buffers& buf = thread_covariance_buffers();
-    buf.size_for(b.layout.tokens);
-    covariance_means m;
-    m.adv = plan.covariance_adv_mean();
-    m.logp = plan.covariance_logp_mean();
-    covariance_values(obj, b, plan.advantages().data() + part.first_response, m, part.first_response,
-                      buf.value.data(), buf.in.data());
+    const covariance_buffers& buf = covariance_values_for(obj, plan, b, part);
     batch_pointers<double> v;
     v.layout = b.layout;
     v.entropy = buf.value.data();
     v.mask = buf.in.data();
-    fill_round(plan, v, part, nullptr, nullptr, s);
+    fill_round(plan, v, part, state, nullptr, s);
   } else {
     fill_round(plan, b, part, state, tokens, s);
   }

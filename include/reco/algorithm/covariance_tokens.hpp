@@ -4,7 +4,7 @@
 // (CPU backends; the CUDA paths reject the selector).
 //
 // One definition serves a single call and a split step (reco/step_plan.hpp): the means are sums
-// per response (in position order) added in response order, and a token is named by its response's
+// per response (lane_sum) added in response order, and a token is named by its response's
 // index in the step and its position in the response, so that every part of a split step computes
 // the values, and the step plan selects the tokens, that one call on the whole step would.
 #pragma once
@@ -48,20 +48,45 @@ inline index_t covariance_count(double ratio, double n) {
   return k < 1 ? 1 : k;
 }
 
-// Over one response's valid tokens, in position order: their number, the sum of logp and, when the
-// advantages are given per token, the sum of A_t (else 0: the response's A_i counts n times).
+// Over one response's valid tokens: their number, the sum of logp and, when the advantages are
+// given per token, the sum of A_t (else 0: the response's A_i counts n times). A sum runs in 8
+// interleaved lanes (token j of the range into lane j mod 8), added pairwise at the end: a fixed
+// order, so one call and a step plan get the same bits, and loops that vectorise.
+template <class T>
+double lane_sum(const T* x, const std::uint8_t* mask, index_t t0, index_t e) {
+  constexpr int lanes = 8;
+  double acc[lanes] = {};
+  index_t t = t0;
+  if (mask) {
+    for (; t + lanes <= e; t += lanes)
+      for (int j = 0; j < lanes; ++j) {
+        const double v = static_cast<double>(x[t + j]);  // read unmasked: the select keeps the loop branch-free
+        acc[j] += mask[t + j] != 0 ? v : 0.0;
+      }
+    for (int j = 0; t < e; ++t, ++j) acc[j] += mask[t] != 0 ? static_cast<double>(x[t]) : 0.0;
+  } else {
+    for (; t + lanes <= e; t += lanes)
+      for (int j = 0; j < lanes; ++j) acc[j] += static_cast<double>(x[t + j]);
+    for (int j = 0; t < e; ++t, ++j) acc[j] += static_cast<double>(x[t]);
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 struct covariance_sums {
   double n = 0, logp = 0, adv = 0;
 };
 template <class T>
 covariance_sums response_covariance_sums(const batch_pointers<T>& b, index_t i) {
   covariance_sums s;
-  for (index_t t = b.layout.begin(i), e = b.layout.end(i); t < e; ++t)
-    if (b.valid(t)) {
-      s.n += 1;
-      s.logp += static_cast<double>(b.logp[t]);
-      if (b.token_advantages) s.adv += static_cast<double>(b.token_advantages[t]);
-    }
+  const index_t t0 = b.layout.begin(i), e = b.layout.end(i);
+  if (b.mask) {
+    index_t n = 0;
+    for (index_t t = t0; t < e; ++t) n += b.mask[t] != 0;
+    s.n = static_cast<double>(n);
+  } else {
+    s.n = static_cast<double>(e > t0 ? e - t0 : 0);
+  }
+  s.logp = lane_sum(b.logp, b.mask, t0, e);
+  if (b.token_advantages) s.adv = lane_sum(b.token_advantages, b.mask, t0, e);
   return s;
 }
 
@@ -80,45 +105,55 @@ inline void covariance_finish(covariance_means& m) {
   m.logp = m.n > 0 ? m.logp / m.n : 0.0;
 }
 
-// Each token's selection value, where in[t] = 1 (else in[t] = 0 and value[t] is not written):
+// Each token's selection value, where in[t] = 1 (else in[t] = 0 and value[t] is not read):
 // KL-Cov: every valid token, value cov_t; Clip-Cov: the candidates (lb < cov_t < ub, clip not
 // binding), value -key_t. The selected tokens are then the largest values, the earlier token of the
 // step first on equal values: the k largest covariances, or the k smallest keys. `adv`: the final
 // per-response advantages; `first_response`: the step index of the batch's first response.
-// Returns the number of tokens with in[t] = 1.
 template <class Obj, class T>
-index_t covariance_values(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
-                          index_t first_response, double* value, std::uint8_t* in) {
+void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
+                       index_t first_response, double* value, std::uint8_t* in) {
   const auto& p = obj.select.params;
   const token_layout& L = b.layout;
   std::fill(in, in + L.tokens, std::uint8_t(0));
+  if (p.mode == covariance_mode::kl) {
+    // Every valid token: the mask is the batch's, the products run over whole ranges (a masked
+    // slot's value is never read), so that the loops vectorise.
+    for (index_t i = 0; i < L.responses; ++i) {
+      const index_t t0 = L.begin(i), e = L.end(i);
+      if (e <= t0) continue;
+      if (b.mask) std::memcpy(in + t0, b.mask + t0, static_cast<std::size_t>(e - t0));
+      else std::fill(in + t0, in + e, std::uint8_t(1));
+      if (b.token_advantages) {
+        for (index_t t = t0; t < e; ++t)
+          value[t] = (static_cast<double>(b.token_advantages[t]) - m.adv) * (static_cast<double>(b.logp[t]) - m.logp);
+      } else {
+        const double da = adv[i] - m.adv;
+        for (index_t t = t0; t < e; ++t) value[t] = da * (static_cast<double>(b.logp[t]) - m.logp);
+      }
+    }
+    return;
+  }
   const double limit = obj.ratio.params.log_ratio_clamp;
-  index_t count = 0;
   for (index_t i = 0; i < L.responses; ++i) {
     for (index_t t = L.begin(i), t0 = t, e = L.end(i); t < e; ++t) {
       if (!b.valid(t)) continue;
       const double a = b.advantage_at(t, adv[i]);
       const double logp = static_cast<double>(b.logp[t]);
       const double cov = (a - m.adv) * (logp - m.logp);
-      if (p.mode == covariance_mode::clip) {
-        if (!(cov > p.lb && cov < p.ub)) continue;
-        if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
-          // verl's clip_by_origin: the clipped surrogate is the larger one.
-          double l = b.old_logp ? logp - static_cast<double>(b.old_logp[t]) : 0.0;
-          if (limit > 0) l = std::min(std::max(l, -limit), limit);
-          const double x = std::exp(l);
-          const double xc = std::min(std::max(x, 1.0 - obj.clip.params.eps_low), 1.0 + obj.clip.params.eps_high);
-          if (-a * xc > -a * x) continue;
-        }
-        value[t] = -static_cast<double>(covariance_subset_key(p.seed, first_response + i, t - t0));
-      } else {
-        value[t] = cov;
+      if (!(cov > p.lb && cov < p.ub)) continue;
+      if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
+        // verl's clip_by_origin: the clipped surrogate is the larger one.
+        double l = b.old_logp ? logp - static_cast<double>(b.old_logp[t]) : 0.0;
+        if (limit > 0) l = std::min(std::max(l, -limit), limit);
+        const double x = std::exp(l);
+        const double xc = std::min(std::max(x, 1.0 - obj.clip.params.eps_low), 1.0 + obj.clip.params.eps_high);
+        if (-a * xc > -a * x) continue;
       }
+      value[t] = -static_cast<double>(covariance_subset_key(p.seed, first_response + i, t - t0));
       in[t] = 1;
-      ++count;
     }
   }
-  return count;
 }
 
 // The buffers of covariance_values, kept by the thread (a call or a plan round at a time).
