@@ -522,6 +522,10 @@ bool summary_has_histogram(const Obj& obj) {
 // its valid tokens; the sum of A_t and a 1 when its advantages are given per token), from which
 // the plan takes the step's means.
 inline constexpr std::size_t covariance_slots = 3;
+// A covariance selection's plan reads each part's logp on the host: no part_token_source.
+inline void refuse_token_source(const part_token_source* tokens) {
+  if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
+}
 template <class Obj>
 std::size_t stage0_block(const Obj& obj, index_t responses) {
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>)
@@ -658,7 +662,7 @@ class step_plan {
   bool covariance() const { return covariance_; }
   double covariance_adv_mean() const { return covariance_means_[0]; }
   double covariance_logp_mean() const { return covariance_means_[1]; }
-  // The digit histograms the stage-0 summary carried (0 or 1; recycle_taken).
+  // The digit histograms the stage-0 summary carried (0 or 1): what recycle_taken clears of it.
   std::size_t summary_histograms() const { return summary_histograms_; }
 
   // Where a part's histogram round looks (used by plan_round). Round 0 (after a windowed stage 0
@@ -729,16 +733,9 @@ class step_plan {
 };
 
 namespace detail {
-// The digit histograms of a summed summary (for recycle_taken): a stage-0 summary of `step` that
-// finish_plan took holds one when its size says so (finish_plan checked that it has one of the
-// two sizes); a round that `plan` is about to take (before advance) holds plan.targets() of them
-// in a histogram round, none in the cut counts.
-inline std::size_t stage0_histograms(const step_plan& plan, const step_summary& s, const step_info& step) {
-  return plan.summary_histograms() == 1 &&
-                 s.values.size() == plan_header + plan_histogram + plan_fields * static_cast<std::size_t>(step.responses)
-             ? 1
-             : 0;
-}
+// The digit histograms of a summed summary (for recycle_taken): a stage-0 summary holds
+// plan.summary_histograms(); a round that `plan` is about to take (before advance) holds
+// plan.targets() of them in a histogram round, none in the cut counts.
 inline std::size_t round_histograms(const step_plan& plan) {
   return plan.stage() == step_plan::stage_kind::histogram ? static_cast<std::size_t>(plan.histograms()) : 0;
 }
@@ -799,8 +796,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
                             const part_token_source* tokens, part_rounds* state, const window_sampling& ws) {
   obj.validate();
   constexpr bool covariance = is_covariance_selection_v<typename Obj::selector_type>;
-  if (covariance && tokens)
-    fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
+  if (covariance) refuse_token_source(tokens);
   const objective_needs needs = obj.needs();
   validate_inputs(batch, needs.rewards, needs.advantages, needs.ref_logp, needs.entropy, needs.response_weights);
   validate_offsets_host(batch);
@@ -1179,7 +1175,6 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     plan.has_selection_ = true;
     plan.select_ = top_entropy_selection::params_type{};
     plan.select_.rule = selection_rule::top_k;
-    plan.select_.use_given = false;
     plan.select_k_ = k;
     plan.width_ = sizeof(double);
     if (k == 0) {
@@ -1395,7 +1390,7 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
     // The part's selection values (with the step's means and advantages) are ranked as a cut's
     // entropies are, as doubles: computed once per part and plan (covariance_values_for), then
     // read by the first rounds; with a state the later rounds read its candidates.
-    if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
+    refuse_token_source(tokens);
     const covariance_buffers& buf = covariance_values_for(obj, plan, b, part);
     batch_pointers<double> v;
     v.layout = b.layout;
@@ -1510,8 +1505,7 @@ step_plan plan_step(const Obj& obj, const step_info& step, const std::vector<bat
   std::vector<part_rounds> states(parts.size());
   for (std::size_t p = 0; p < parts.size(); ++p) total += summarize(obj, batches[p], parts[p], states[p], sampling);
   step_plan plan = finish_plan(obj, step, total);
-  const std::size_t histograms = detail::stage0_histograms(plan, total, step);
-  detail::recycle_taken(std::move(total), histograms);
+  detail::recycle_taken(std::move(total), plan.summary_histograms());
   while (!plan.complete()) {
     step_summary round;
     for (std::size_t p = 0; p < parts.size(); ++p) round += plan_round(obj, plan, batches[p], parts[p], &states[p]);

@@ -313,8 +313,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   out.plan = ops.finish(step, total_summary);
   // The summed summaries go back to this thread's pool set to zero (their histograms' reached
   // digits only), so that the next plan's summaries need no fill.
-  const std::size_t histograms = reco::detail::stage0_histograms(out.plan, total_summary, step);
-  reco::detail::recycle_taken(std::move(total_summary), histograms);
+  reco::detail::recycle_taken(std::move(total_summary), out.plan.summary_histograms());
   while (!out.plan.complete()) {
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)

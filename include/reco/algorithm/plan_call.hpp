@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "reco/algorithm/objective_plan.hpp"
 #include "reco/algorithm/partials.hpp"
@@ -126,6 +127,16 @@ struct planned_partial_ties_fn {
       }
   }
 };
+
+// Host path, after the kept counts: the call selects, response by response, the tokens the plan
+// counted; else its `inputs` differ from those the plan was built with (error naming `plan`).
+inline void require_planned_kept(const plan_call& p, const index_t* kept, index_t R, const char* inputs) {
+  for (index_t i = 0; i < R; ++i)
+    if (kept[i] != p.kept[i])
+      fail("plan", "selects " + std::to_string(p.kept[i]) + " tokens of response " + std::to_string(i) +
+                       " but this call's data select " + std::to_string(kept[i]) + ": " + inputs +
+                       " differ from those the plan was built with");
+}
 
 // Sets `bit` in a status word that several threads may set at once.
 RECO_HOST_DEVICE inline void set_status_bit(std::uint32_t* word, std::uint32_t bit) {

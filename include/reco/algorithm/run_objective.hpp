@@ -117,11 +117,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
         covariance_values(obj, b, r.adv, m, plan->first, buf.value.data(), buf.in.data());
         be.for_each(R, planned_kept_fn<double>{{b.layout, buf.value.data(), buf.in.data(), *plan, sc.kept}});
         be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-        for (index_t i = 0; i < R; ++i)
-          if (r.kept[i] != plan->kept[i])
-            fail("plan", "selects " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
-                             " by covariance but this call's data select " + std::to_string(r.kept[i]) +
-                             ": logp, old_logp or the advantages differ from those the plan was built with");
+        require_planned_kept(*plan, r.kept, R, "the log-probabilities or advantages ranked by covariance");
       } else {
         covariance_select(obj, b, r, sc.kept);
       }
@@ -145,12 +141,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
       if constexpr (Backend::host_accessible) {
         // The cut was placed with the entropies the plan saw; other entropies would keep
         // another set than the one the step's counts were made for.
-        if (plan != nullptr)
-          for (index_t i = 0; i < R; ++i)
-            if (r.kept[i] != plan->kept[i])
-              fail("plan", "keeps " + std::to_string(plan->kept[i]) + " tokens of response " + std::to_string(i) +
-                               " but this call's entropies keep " + std::to_string(r.kept[i]) +
-                               ": the entropies differ from those the plan was built with");
+        if (plan != nullptr) require_planned_kept(*plan, r.kept, R, "the entropies");
       }
       kept = sc.kept;
     }
