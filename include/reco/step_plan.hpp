@@ -47,9 +47,13 @@
 // plan counts every first digit in one more round.
 //
 // Clip-Cov / KL-Cov (covariance_selection): the summaries carry per-response sums of logp (and of
-// A_t, given per token) for the step's means; the rounds rank each part's selection values
-// (covariance_values, computed again every round from the part's data and the plan) as the cut
-// ranks entropies, on doubles, with k = max(1, floor(ratio N_step)) set by the plan.
+// A_t, given per token) for the step's means; k = max(1, floor(ratio N_step)). The first round
+// reads each part's logp once, with the step's means, for its candidates: its tokens whose
+// selection value is at least a sampled threshold that leaves k or more of them (or all) above
+// (covariance_candidates: every token left out lies below the step's cut). The rounds rank the
+// candidates' values as the cut ranks entropies, on doubles; the first also counts them and the
+// parts that left tokens out, which sets the rank (all candidates when they are k or fewer and
+// none was left out).
 //
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
@@ -120,6 +124,7 @@ struct part_rounds {
   index_t first_response = -1, responses = -1;
   const void* entropy = nullptr;  // the entropies it was gathered from (another batch gathers again)
   detail::cut_candidates candidates;
+  bool left_out = false;  // a covariance selection's part left selectable tokens below its candidates
 };
 
 namespace detail {
@@ -565,21 +570,22 @@ class step_plan {
     detail::check_plan_header(total, stage_index_, fp, true);
     const double* v = total.values.data() + detail::plan_header;
     if (stage_ == stage_kind::histogram) {
-      detail::require(total.values.size() == detail::plan_header + histograms() * detail::plan_histogram, "plan",
+      detail::require(total.values.size() == detail::plan_header + round_body(), "plan",
                       "histogram summary of the wrong size");
       ++stage_index_;
-      if (covariance_clip_ && round_ == 0) {
-        // Clip-Cov: the k smallest keys among the candidates, whose number the first histogram
-        // (every first digit of the candidates' values) gives; all of them when there are k or fewer.
+      if (covariance_ && round_ == 0) {
+        // The k largest values among the parts' candidates (covariance_candidates), whose number
+        // the first histogram gives: all of them when there are k or fewer and no part left a
+        // selectable token out; else the k-th largest (the least, when there are k or fewer).
         double candidates = 0;
         for (std::size_t g = 0; g < detail::digit_groups; ++g) candidates += v[detail::key_digits + g];
         const auto n = static_cast<index_t>(candidates);
-        if (n <= select_k_) {
+        if (n <= select_k_ && v[detail::plan_histogram] == 0) {
           cut_ = entropy_cut{-HUGE_VAL, -1};
           stage_ = stage_kind::cut_counts;
           return;
         }
-        ranks_[0] = ranks_[1] = rank_[0] = rank_[1] = n - select_k_;
+        ranks_[0] = ranks_[1] = rank_[0] = rank_[1] = n > select_k_ ? n - select_k_ : 0;
       }
       if (windows_ > 0) {
         // The first round after a windowed stage 0: unless every windowed part confirmed that its
@@ -658,6 +664,15 @@ class step_plan {
     return c;
   }
 
+  // The size of the pending round's summary body: its digit histograms (and after them, in a
+  // covariance selection's first round, the parts that left selectable tokens out), or per
+  // response the tokens above and on the cut.
+  std::size_t round_body() const {
+    if (stage_ != stage_kind::histogram) return 2 * static_cast<std::size_t>(step_.responses);
+    return static_cast<std::size_t>(histograms()) * detail::plan_histogram + (covariance_ && round_ == 0 ? 1 : 0);
+  }
+  // The tokens a top-k or covariance selection keeps over the step (k).
+  index_t selected_count() const { return select_k_; }
   // Covariance selection (Clip-Cov / KL-Cov): the step's mean A and mean logp.
   bool covariance() const { return covariance_; }
   double covariance_adv_mean() const { return covariance_means_[0]; }
@@ -727,7 +742,7 @@ class step_plan {
   int targets_ = 0, round_ = 0;
   double windows_ = 0, window_ids_ = 0;  // the windowed parts of stage 0 and the sum of their ids
   entropy_cut cut_{HUGE_VAL, -1};
-  bool covariance_ = false, covariance_clip_ = false;
+  bool covariance_ = false;
   double covariance_means_[2] = {0, 0};
   std::size_t summary_histograms_ = 0;
 };
@@ -820,7 +835,8 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   const batch_pointers<T> b = pointers_of(batch);
   plan_reads reads;
   reads.old_mean = needs_old_mean(obj.weight);
-  reads.entropy = term_on(obj.select) && !histogram;  // else checked by the histogram pass
+  // The entropies of an 80/20 cut (else checked by the histogram pass; a covariance selection reads none).
+  reads.entropy = !covariance && term_on(obj.select) && !histogram;
   const plan_scan_fn<T> scan{b, reads};
   std::uint32_t bits = 0;
   double* body = s.values.data() + plan_header;
@@ -857,9 +873,13 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       token_scan t;
+      covariance_sums cs;  // a covariance selection's sums: they count the valid tokens in the same read
+      if constexpr (covariance) cs = response_covariance_sums(b, i);
       if (tokens) {
         t.n = sums.valid[static_cast<std::size_t>(i)];
         if (reads.old_mean) t.old_sum = sums.old_sum[static_cast<std::size_t>(i)];
+      } else if (covariance && !reads.old_mean) {
+        t.n = static_cast<index_t>(cs.n);
       } else if (counted.empty()) {
         t = scan(i);
       } else {
@@ -882,11 +902,10 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
       f[plan_f_input] = x;
       f[plan_f_weight] = w;
       if constexpr (covariance) {
-        const covariance_sums c = response_covariance_sums(b, i);
-        if (!finite(c.logp)) bits |= bad_logp;  // the step's mean logp would be NaN on every part
+        if (!finite(cs.logp)) bits |= bad_logp;  // the step's mean logp would be NaN on every part
         double* cv = body + covariance_slots * static_cast<std::size_t>(part.first_response + i);
-        cv[0] = c.logp;
-        cv[1] = c.adv;
+        cv[0] = cs.logp;
+        cv[1] = cs.adv;
         cv[2] = b.token_advantages ? 1.0 : 0.0;
       }
     }
@@ -1169,7 +1188,6 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     const index_t k = covariance_count(p.ratio, m.n);
     covariance_finish(m);
     plan.covariance_ = true;
-    plan.covariance_clip_ = p.mode == covariance_mode::clip;
     plan.covariance_means_[0] = m.adv;
     plan.covariance_means_[1] = m.logp;
     plan.has_selection_ = true;
@@ -1181,9 +1199,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
       plan.cut_ = entropy_cut{HUGE_VAL, -1};
       plan.stage_ = step_plan::stage_kind::cut_counts;
     } else {
-      // KL-Cov ranks every valid token; Clip-Cov's rank waits for the candidates' count (advance).
-      const index_t rank = plan.covariance_clip_ ? 0 : static_cast<index_t>(m.n) - k;
-      plan.ranks_[0] = plan.ranks_[1] = plan.rank_[0] = plan.rank_[1] = rank;
+      // The rank waits for the parts' candidates to be counted (advance).
       plan.targets_ = 1;
       plan.stage_ = step_plan::stage_kind::histogram;
     }
@@ -1328,42 +1344,47 @@ template <class T>
 void fill_round(const step_plan& plan, const batch_pointers<T>& b, const step_part& part, part_rounds* state,
                 const part_token_source* tokens, step_summary& s);
 
-// A part's covariance selection values for a plan's rounds, kept by the thread: one set per part
-// of the plan being built (the plan's serial, the part's first response, its logp), reused for
-// the next plans' parts. The rounds of one plan so compute them once per part (a step of 16M
-// token slots on 2 ranks keeps 9 bytes per slot of the rank's parts).
-struct tagged_covariance_values {
-  std::uint64_t plan = 0;
-  index_t first_response = -1, tokens = -1;
-  const void* logp = nullptr;
-  covariance_buffers buf;
-};
+// A covariance selection's round for a part: its candidates (covariance_candidates, gathered
+// once per plan into the state, or every round without one) narrowed to the plan's prefix and
+// counted by their next digit, or per response above and on the cut. The tokens left out lie
+// below the cut, on no digit the rounds look at.
 template <class Obj, class T>
-const covariance_buffers& covariance_values_for(const Obj& obj, const step_plan& plan, const batch_pointers<T>& b,
-                                                const step_part& part) {
-  thread_local std::vector<std::unique_ptr<tagged_covariance_values>> pool;
-  tagged_covariance_values* slot = nullptr;
-  for (auto& e : pool)
-    if (e->plan == plan.serial() && e->first_response == part.first_response && e->logp == b.logp &&
-        e->tokens == b.layout.tokens)
-      return e->buf;
-  for (auto& e : pool)  // a set of an earlier plan is no longer read
-    if (e->plan != plan.serial() && (!slot || e->buf.value.capacity() > slot->buf.value.capacity())) slot = e.get();
-  if (!slot) {
-    pool.push_back(std::make_unique<tagged_covariance_values>());
-    slot = pool.back().get();
+void covariance_round(const Obj& obj, const step_plan& plan, const batch_pointers<T>& b, const step_part& part,
+                      part_rounds* state, step_summary& s) {
+  const index_t R = b.layout.responses;
+  part_rounds scratch;
+  part_rounds& st = state ? *state : scratch;
+  cut_candidates& c = st.candidates;
+  if (!gathered_for(st, plan, part, R, b.logp)) {
+    st.plan = plan.serial();
+    st.pending = st.window = 0;
+    st.first_response = part.first_response;
+    st.responses = R;
+    st.entropy = b.logp;
+    covariance_means m;
+    m.adv = plan.covariance_adv_mean();
+    m.logp = plan.covariance_logp_mean();
+    st.left_out = covariance_candidates(obj, b, plan.advantages().data() + part.first_response, m,
+                                        part.first_response, plan.selected_count(), c);
   }
-  slot->plan = plan.serial();
-  slot->first_response = part.first_response;
-  slot->tokens = b.layout.tokens;
-  slot->logp = b.logp;
-  slot->buf.size_for(b.layout.tokens);
-  covariance_means m;
-  m.adv = plan.covariance_adv_mean();
-  m.logp = plan.covariance_logp_mean();
-  covariance_values(obj, b, plan.advantages().data() + part.first_response, m, part.first_response,
-                    slot->buf.value.data(), slot->buf.in.data());
-  return slot->buf;
+  double* out = s.values.data() + plan_header;
+  constexpr int W = 64;
+  if (plan.stage() == step_plan::stage_kind::histogram) {
+    const int done = plan.round() * plan_digit_bits;
+    if (done > 0) c.narrow(W, done, plan.prefix(0), plan.prefix(0));
+    const int shift = W - done - plan_digit_bits;
+    for (const std::uint64_t k : c.keys) histogram_add(out, (k >> shift) & (plan_buckets - 1), 1);
+    if (plan.round() == 0) out[plan_histogram] = st.left_out ? 1 : 0;
+  } else {
+    const double cut = plan.cut().value;
+    for (index_t i = 0; i < R; ++i) out[2 * (part.first_response + i)] = static_cast<double>(c.above[static_cast<std::size_t>(i)]);
+    for (std::size_t k = 0; k < c.keys.size(); ++k) {
+      const double x = key_value(c.keys[k], sizeof(double));
+      double* o = out + 2 * (part.first_response + c.responses[k]);
+      o[0] += x > cut;
+      o[1] += x == cut;
+    }
+  }
 }
 }  // namespace detail
 
@@ -1382,21 +1403,10 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
   require(part.first_response >= 0 && part.first_response + R <= part.step.responses, "part.first_response",
           "the part's responses must lie in the step");
   const batch_pointers<T> b = pointers_of(batch);
-  const bool histogram = plan.stage() == step_plan::stage_kind::histogram;
-  const std::size_t body = histogram ? static_cast<std::size_t>(plan.histograms()) * plan_histogram
-                                     : 2 * static_cast<std::size_t>(part.step.responses);
-  step_summary s = plan_summary(body, plan.stage_index(), sizeof(T), plan.fingerprint());
+  step_summary s = plan_summary(plan.round_body(), plan.stage_index(), sizeof(T), plan.fingerprint());
   if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
-    // The part's selection values (with the step's means and advantages) are ranked as a cut's
-    // entropies are, as doubles: computed once per part and plan (covariance_values_for), then
-    // read by the first rounds; with a state the later rounds read its candidates.
     refuse_token_source(tokens);
-    const covariance_buffers& buf = covariance_values_for(obj, plan, b, part);
-    batch_pointers<double> v;
-    v.layout = b.layout;
-    v.entropy = buf.value.data();
-    v.mask = buf.in.data();
-    fill_round(plan, v, part, state, nullptr, s);
+    covariance_round(obj, plan, b, part, state, s);
   } else {
     fill_round(plan, b, part, state, tokens, s);
   }

@@ -289,6 +289,120 @@ TEST(StepPlan, KlCovTiesAcrossPartsKeepStepOrder) {
   check_all_splits<double>(c, "clip_cov on a logp grid", 33, batches);
 }
 
+// Larger steps (about 2000 tokens): each part's candidates are then a fraction of its tokens above
+// a threshold (reco/algorithm/covariance_tokens.hpp), the rest left out, and the split still
+// selects what one call on the step does.
+std::vector<master_batch> long_batches(std::uint64_t seed) {
+  std::vector<master_batch> out;
+  for (int k = 0; k < 2; ++k) {
+    reco_test::batch_spec spec;
+    spec.padded = k == 1;
+    spec.groups = 6;
+    spec.max_group = 6;
+    spec.max_length = 140;
+    spec.token_advantages = k == 1;
+    out.push_back(reco_test::make_batch(seed + static_cast<std::uint64_t>(k), spec));
+  }
+  return out;
+}
+TEST(StepPlan, CovarianceSplitsLeaveTokensOut) {
+  const std::vector<master_batch> batches = long_batches(40);  // the second with advantages per token
+  reco::presets::kl_cov kl;
+  reco::presets::clip_cov clip;
+  clip.select.params.lb = -0.3;
+  clip.select.params.ub = 0.3;
+  for (double ratio : {0.002, 0.02, 0.1}) {
+    kl.select.params.ratio = clip.select.params.ratio = ratio;
+    const std::string r = " ratio " + std::to_string(ratio);
+    check_all_splits<double>(kl, "kl_cov long" + r, 41, {batches[0]});
+    check_all_splits<float>(kl, "kl_cov long" + r, 42, {batches[0]});
+    check_all_splits<double>(clip, "clip_cov long" + r, 43, {batches[0]});
+    check_all_splits<double>(reco::with_given_advantages(kl), "kl_cov long, A_t" + r, 44, {batches[1]});
+    check_all_splits<double>(reco::with_given_advantages(clip), "clip_cov long, A_t" + r, 45, {batches[1]});
+  }
+}
+
+// A part's candidates (detail::covariance_candidates) against the values one call ranks
+// (covariance_values): at least min(k, selectable) of them, every token left out below all of
+// them; a threshold that leaves fewer than k above gathers again (all selectable tokens), as does
+// a sample too small for it.
+template <class Obj>
+void check_candidates(const Obj& obj, const master_batch& m0, const std::string& name) {
+  SCOPED_TRACE(name);
+  master_batch m = m0;
+  reco_test::round_to<double>(m);
+  reco_test::split_step<double> sp(m, {}, reco::step_info{3, m.R, 1.0, 0});
+  const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
+  const auto b = reco::detail::pointers_of(sp.views[0]);
+  reco::detail::covariance_means means;
+  means.adv = plan.covariance_adv_mean();
+  means.logp = plan.covariance_logp_mean();
+  const double* adv = plan.advantages().data();
+  const index_t N = b.layout.tokens, k = plan.selected_count();
+  std::vector<double> value(static_cast<std::size_t>(N));
+  std::vector<std::uint8_t> in(static_cast<std::size_t>(N));
+  reco::detail::covariance_values(obj, b, adv, means, 0, value.data(), in.data());
+  std::vector<double> selectable;
+  for (index_t t = 0; t < N; ++t)
+    if (in[static_cast<std::size_t>(t)]) selectable.push_back(value[static_cast<std::size_t>(t)]);
+  ASSERT_GT(static_cast<index_t>(selectable.size()), 3 * k) << "the batch must leave tokens out";
+  struct mode {
+    const char* name;
+    reco::detail::covariance_sampling sampling;
+    bool leaves_out;  // whether the mode's candidates leave tokens out
+    bool too_few;     // whether its threshold leaves fewer than k above
+  };
+  // {4096, 1, 0}: every chunk of these small parts sampled, the largest value the threshold.
+  const mode modes[] = {{"default sampling", {}, true, false},
+                        {"threshold above all but a few: gathers again", {4096, 1, 0}, false, true},
+                        {"sample smaller than j: every token", {4096, 1e9, 2}, false, false}};
+  for (const mode& md : modes) {
+    SCOPED_TRACE(md.name);
+    const double tau = reco::detail::covariance_threshold(obj, b, adv, means, 0, k, md.sampling);
+    std::size_t above = 0;
+    for (double v : selectable) above += v >= tau;
+    if (md.too_few) EXPECT_LT(above, static_cast<std::size_t>(k)) << "the threshold must leave too few";
+    reco::detail::cut_candidates c;
+    const bool left = reco::detail::covariance_candidates(obj, b, adv, means, 0, k, c, md.sampling);
+    EXPECT_EQ(left, md.leaves_out);
+    ASSERT_EQ(c.keys.size(), c.responses.size());
+    EXPECT_GE(c.keys.size(), std::min<std::size_t>(static_cast<std::size_t>(k), selectable.size()));
+    // The candidates are exactly the selectable tokens at or above the least of them, and every
+    // other selectable token lies strictly below it.
+    double least = HUGE_VAL;
+    for (std::uint64_t key : c.keys) least = std::min(least, reco::detail::key_value(key, sizeof(double)));
+    std::size_t at_or_above = 0;
+    for (double v : selectable) at_or_above += v >= least;
+    EXPECT_EQ(at_or_above, c.keys.size());
+    if (!left) EXPECT_EQ(c.keys.size(), selectable.size());
+    // Each candidate is a selectable token of its response with that value.
+    std::vector<double> by_response;
+    for (std::size_t j = 0; j < c.keys.size(); ++j) {
+      const index_t i = c.responses[j];
+      const double x = reco::detail::key_value(c.keys[j], sizeof(double));
+      bool found = false;
+      for (index_t t = b.layout.begin(i); t < b.layout.end(i) && !found; ++t)
+        found = in[static_cast<std::size_t>(t)] && value[static_cast<std::size_t>(t)] == x;
+      EXPECT_TRUE(found) << "candidate " << j << " of response " << i;
+    }
+  }
+}
+TEST(StepPlan, CovarianceCandidatesHoldTheSelection) {
+  reco_test::batch_spec spec;
+  spec.groups = 8;
+  spec.max_group = 6;
+  spec.max_length = 200;
+  const master_batch m = reco_test::make_batch(77, spec);
+  reco::presets::kl_cov kl;
+  kl.select.params.ratio = 0.05;
+  check_candidates(kl, m, "kl_cov");
+  reco::presets::clip_cov clip;
+  clip.select.params.ratio = 0.05;
+  clip.select.params.lb = -0.5;
+  clip.select.params.ub = 0.5;
+  check_candidates(clip, m, "clip_cov");
+}
+
 TEST(StepPlan, PeerSwitches) {
   reco::presets::grpo o;
   o.clip.params.delta = 1.3;

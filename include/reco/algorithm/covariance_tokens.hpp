@@ -18,6 +18,7 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
+#include "reco/backend/cpu/plan_scan.hpp"
 #include "reco/clip/ppo_clip.hpp"
 #include "reco/select/covariance.hpp"
 
@@ -34,11 +35,16 @@ inline std::uint64_t splitmix64(std::uint64_t x) {
 // Clip-Cov's reproducible order of the candidates: a seeded hash of the token's place in the step
 // (its response's index, its position in the response), cut to 53 bits so that it is exact as a
 // double (the selection ranks doubles; the rare equal keys go to the earlier token).
-inline std::uint64_t covariance_subset_key(double seed, index_t response, index_t position) {
+inline std::uint64_t subset_seed(double seed) {
   std::uint64_t bits = 0;
   std::memcpy(&bits, &seed, sizeof bits);
-  const std::uint64_t place = (static_cast<std::uint64_t>(response) << 32) ^ static_cast<std::uint64_t>(position);
-  return splitmix64(bits * 0xD1B54A32D192ED03ull ^ place) >> 11;
+  return bits * 0xD1B54A32D192ED03ull;
+}
+inline std::uint64_t subset_place(index_t response, index_t position) {
+  return (static_cast<std::uint64_t>(response) << 32) ^ static_cast<std::uint64_t>(position);
+}
+inline std::uint64_t covariance_subset_key(double seed, index_t response, index_t position) {
+  return splitmix64(subset_seed(seed) ^ subset_place(response, position)) >> 11;
 }
 
 // k = max(1, floor(ratio N)) for N valid tokens (verl's int(ratio * N), at least 1); 0 when N = 0.
@@ -51,41 +57,86 @@ inline index_t covariance_count(double ratio, double n) {
 // Over one response's valid tokens: their number, the sum of logp and, when the advantages are
 // given per token, the sum of A_t (else 0: the response's A_i counts n times). A sum runs in 8
 // interleaved lanes (token j of the range into lane j mod 8), added pairwise at the end: a fixed
-// order, so one call and a step plan get the same bits, and loops that vectorise.
+// order, so one call and a step plan get the same bits whatever the width of the registers that
+// run the lanes (lane_sum_pass: 8 / W packs of W). `valid` (not null, with a mask): the mask's set
+// bytes counted in the same loop.
+inline constexpr int sum_lanes = 8;
+#if RECO_SIMD
 template <class T>
-double lane_sum(const T* x, const std::uint8_t* mask, index_t t0, index_t e) {
-  constexpr int lanes = 8;
-  double acc[lanes] = {};
-  index_t t = t0;
-  if (mask) {
-    for (; t + lanes <= e; t += lanes)
-      for (int j = 0; j < lanes; ++j) {
-        const double v = static_cast<double>(x[t + j]);  // read unmasked: the select keeps the loop branch-free
-        acc[j] += mask[t + j] != 0 ? v : 0.0;
+struct lane_sum_pass {
+  // The whole blocks of 8 tokens of [t, e): acc[j] and count[j] of lane j; t moves past them.
+  template <int W>
+  static RECO_SIMD_INLINE void run(const T* const& x, const std::uint8_t* const& mask, index_t& t, const index_t& e,
+                                   double* const& acc, double* const& count) {
+    static_assert(sum_lanes % W == 0 && mask_chunk % sum_lanes == 0, "whole lanes in a pack, whole blocks in a chunk");
+    constexpr int packs = sum_lanes / W;
+    using P = simd::pack<W>;
+    P s[packs], c[packs];
+    if (mask) {
+      auto block = [&](index_t b) {
+        for (int p = 0; p < packs; ++p) {
+          const auto ok = simd::valid_lanes<W, true>(mask + b + p * W, W);
+          s[p] += simd::select(ok, simd::load<W>(x + b + p * W), P(0.0));  // read unmasked: no branch
+          c[p] += simd::select(ok, P(1.0), P(0.0));
+        }
+      };
+      // Chunks of masked tokens only (a padded row's tail) are skipped: a lane's sum starts at +0
+      // and so never is -0, and adding +0 to it changes no bit.
+      for (; t + mask_chunk <= e; t += mask_chunk) {
+        prefetch_chunk_ahead(x + t, mask + t);
+        if (chunk_masked(mask + t, mask_chunk)) continue;
+        for (index_t b = t; b < t + mask_chunk; b += sum_lanes) block(b);
       }
-    for (int j = 0; t < e; ++t, ++j) acc[j] += mask[t] != 0 ? static_cast<double>(x[t]) : 0.0;
-  } else {
-    for (; t + lanes <= e; t += lanes)
-      for (int j = 0; j < lanes; ++j) acc[j] += static_cast<double>(x[t + j]);
-    for (int j = 0; t < e; ++t, ++j) acc[j] += static_cast<double>(x[t]);
+      for (; t + sum_lanes <= e; t += sum_lanes) block(t);
+    } else {
+      for (; t + sum_lanes <= e; t += sum_lanes)
+        for (int p = 0; p < packs; ++p) s[p] += simd::load<W>(x + t + p * W);
+    }
+    for (int p = 0; p < packs; ++p)
+      for (int k = 0; k < W; ++k) {
+        acc[p * W + k] = s[p][k];
+        count[p * W + k] = c[p][k];
+      }
+  }
+};
+#endif
+template <class T>
+double lane_sum(const T* x, const std::uint8_t* mask, index_t t0, index_t e, std::uint64_t* valid = nullptr) {
+  double acc[sum_lanes] = {}, count[sum_lanes] = {};
+  index_t t = t0;
+#if RECO_SIMD
+  simd::run_widest<lane_sum_pass<T>>(x, mask, t, e, acc, count);
+#else
+  for (; t + sum_lanes <= e; t += sum_lanes)
+    for (int j = 0; j < sum_lanes; ++j) {
+      const bool ok = mask == nullptr || mask[t + j] != 0;
+      acc[j] += ok ? static_cast<double>(x[t + j]) : 0.0;
+      count[j] += ok ? 1.0 : 0.0;
+    }
+#endif
+  for (int j = 0; t < e; ++t, ++j) {
+    const bool ok = mask == nullptr || mask[t] != 0;
+    acc[j] += ok ? static_cast<double>(x[t]) : 0.0;
+    count[j] += ok ? 1.0 : 0.0;
+  }
+  if (valid && mask) {
+    double n = 0;
+    for (int j = 0; j < sum_lanes; ++j) n += count[j];
+    *valid = static_cast<std::uint64_t>(n);
   }
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 struct covariance_sums {
   double n = 0, logp = 0, adv = 0;
 };
+// One read of the response's mask and logp (the count rides in the sum's loop).
 template <class T>
 covariance_sums response_covariance_sums(const batch_pointers<T>& b, index_t i) {
   covariance_sums s;
   const index_t t0 = b.layout.begin(i), e = b.layout.end(i);
-  if (b.mask) {
-    index_t n = 0;
-    for (index_t t = t0; t < e; ++t) n += b.mask[t] != 0;
-    s.n = static_cast<double>(n);
-  } else {
-    s.n = static_cast<double>(e > t0 ? e - t0 : 0);
-  }
-  s.logp = lane_sum(b.logp, b.mask, t0, e);
+  std::uint64_t n = e > t0 ? static_cast<std::uint64_t>(e - t0) : 0;
+  s.logp = lane_sum(b.logp, b.mask, t0, e, &n);
+  s.n = static_cast<double>(n);
   if (b.token_advantages) s.adv = lane_sum(b.token_advantages, b.mask, t0, e);
   return s;
 }
@@ -103,6 +154,46 @@ inline void covariance_add(covariance_means& m, const covariance_sums& s, double
 inline void covariance_finish(covariance_means& m) {
   m.adv = m.n > 0 ? m.adv / m.n : 0.0;
   m.logp = m.n > 0 ? m.logp / m.n : 0.0;
+}
+
+// One token's covariance (A_t - mean A)(logp_t - mean logp): every pass computes it with these
+// operations, so that a call and a step plan rank the same bits.
+inline double token_covariance(double a, double logp, const covariance_means& m) {
+  return (a - m.adv) * (logp - m.logp);
+}
+// Clip-Cov: whether token t's PPO clip does not bind (verl's clip_by_origin: the clipped
+// surrogate is the larger one), a condition of candidacy besides lb < cov < ub.
+template <class Obj, class T>
+bool clip_open(const Obj& obj, const batch_pointers<T>& b, index_t t, double a, double logp) {
+  if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
+    const double limit = obj.ratio.params.log_ratio_clamp;
+    double l = b.old_logp ? logp - static_cast<double>(b.old_logp[t]) : 0.0;
+    if (limit > 0) l = std::min(std::max(l, -limit), limit);
+    const double x = std::exp(l);
+    const double xc = std::min(std::max(x, 1.0 - obj.clip.params.eps_low), 1.0 + obj.clip.params.eps_high);
+    return !(-a * xc > -a * x);
+  } else {
+    return true;
+  }
+}
+// Clip-Cov's selection value of a candidate: minus its subset key (the smallest keys win).
+inline double clip_value(double seed, index_t response, index_t position) {
+  return -static_cast<double>(covariance_subset_key(seed, response, position));
+}
+// Token t (valid, of response i starting at t0; advantage a) is selectable: its value into v.
+template <class Obj, class T>
+bool selection_value(const Obj& obj, const batch_pointers<T>& b, const covariance_means& m, index_t first_response,
+                     index_t i, index_t t0, index_t t, double a, double& v) {
+  const auto& p = obj.select.params;
+  const double logp = static_cast<double>(b.logp[t]);
+  const double cov = token_covariance(a, logp, m);
+  if (p.mode == covariance_mode::kl) {
+    v = cov;
+    return true;
+  }
+  if (!(cov > p.lb && cov < p.ub) || !clip_open(obj, b, t, a, logp)) return false;
+  v = clip_value(p.seed, first_response + i, t - t0);
+  return true;
 }
 
 // Each token's selection value, where in[t] = 1 (else in[t] = 0 and value[t] is not read):
@@ -126,34 +217,188 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
       else std::fill(in + t0, in + e, std::uint8_t(1));
       if (b.token_advantages) {
         for (index_t t = t0; t < e; ++t)
-          value[t] = (static_cast<double>(b.token_advantages[t]) - m.adv) * (static_cast<double>(b.logp[t]) - m.logp);
+          value[t] = token_covariance(static_cast<double>(b.token_advantages[t]), static_cast<double>(b.logp[t]), m);
       } else {
-        const double da = adv[i] - m.adv;
-        for (index_t t = t0; t < e; ++t) value[t] = da * (static_cast<double>(b.logp[t]) - m.logp);
+        for (index_t t = t0; t < e; ++t) value[t] = token_covariance(adv[i], static_cast<double>(b.logp[t]), m);
       }
     }
     return;
   }
-  const double limit = obj.ratio.params.log_ratio_clamp;
+  for (index_t i = 0; i < L.responses; ++i)
+    for (index_t t = L.begin(i), t0 = t, e = L.end(i); t < e; ++t)
+      if (b.valid(t)) in[t] = selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), value[t]);
+}
+
+// ---- A step plan's candidates (reco/step_plan.hpp) ----------------------------------------------
+//
+// A part of a split step holds n_p selectable tokens; the step selects k. The part's k largest
+// values contain every token of it the step selects, so the plan ranks only a superset of them:
+// the part's tokens whose value is at least a threshold tau that leaves k or more of them above
+// (or all of them). Every token left out is then below k candidates of its own part, so below the
+// step's k-th value: it is neither selected nor on the cut. One read of the part's logp finds the
+// candidates (a few per thousand); the plan's rounds and cut counts read only those.
+
+// The threshold: the values of a sample of the part's chunks of mask_chunk slots (about `samples`
+// slots: one chunk in every `stride`, an odd stride, the responses' chunks counted in order), and
+// the least of their j largest, j = max(least, spare k f) for the sampled fraction f of the
+// slots: about j / f >= spare k of the part's tokens lie at or above it. -inf (every selectable
+// token) when the sample holds fewer than j. These settings change the cost, never the plan: a
+// part whose threshold leaves fewer than k tokens above it and some below gathers again from -inf.
+struct covariance_sampling {
+  index_t samples = 4096;
+  double least = 16;
+  double spare = 2;
+};
+template <class Obj, class T>
+double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
+                            index_t first_response, index_t k, const covariance_sampling& cs = {}) {
+  const token_layout& L = b.layout;
+  std::int64_t chunks = 0, slots = 0;
   for (index_t i = 0; i < L.responses; ++i) {
-    for (index_t t = L.begin(i), t0 = t, e = L.end(i); t < e; ++t) {
-      if (!b.valid(t)) continue;
-      const double a = b.advantage_at(t, adv[i]);
-      const double logp = static_cast<double>(b.logp[t]);
-      const double cov = (a - m.adv) * (logp - m.logp);
-      if (!(cov > p.lb && cov < p.ub)) continue;
-      if constexpr (std::is_same_v<typename Obj::clip_type, ppo_clip>) {
-        // verl's clip_by_origin: the clipped surrogate is the larger one.
-        double l = b.old_logp ? logp - static_cast<double>(b.old_logp[t]) : 0.0;
-        if (limit > 0) l = std::min(std::max(l, -limit), limit);
-        const double x = std::exp(l);
-        const double xc = std::min(std::max(x, 1.0 - obj.clip.params.eps_low), 1.0 + obj.clip.params.eps_high);
-        if (-a * xc > -a * x) continue;
+    const index_t len = L.end(i) - L.begin(i);
+    if (len <= 0) continue;
+    chunks += (len + mask_chunk - 1) / mask_chunk;
+    slots += len;
+  }
+  const std::int64_t per = cs.samples / mask_chunk > 0 ? cs.samples / mask_chunk : 1;  // chunks sampled
+  const std::int64_t stride = chunks / per > 1 ? (chunks / per) | 1 : 1;
+  thread_local std::vector<double> values;
+  values.clear();
+  std::int64_t sampled = 0, seen = 0, next = 0;
+  for (index_t i = 0; i < L.responses; ++i) {
+    const index_t t0 = L.begin(i), e = L.end(i);
+    if (e <= t0) continue;
+    const std::int64_t n = (e - t0 + mask_chunk - 1) / mask_chunk;
+    for (; next < seen + n; next += stride) {
+      const index_t c = t0 + static_cast<index_t>(next - seen) * mask_chunk, end = std::min(e, c + mask_chunk);
+      sampled += end - c;
+      for (index_t t = c; t < end; ++t) {
+        double v = 0;
+        if (b.valid(t) && selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), v))
+          values.push_back(v);
       }
-      value[t] = -static_cast<double>(covariance_subset_key(p.seed, first_response + i, t - t0));
-      in[t] = 1;
+    }
+    seen += n;
+  }
+  if (sampled == 0) return -HUGE_VAL;
+  const double f = static_cast<double>(sampled) / static_cast<double>(slots);
+  const double j = std::ceil(std::max(cs.least, cs.spare * static_cast<double>(k) * f));
+  if (j > static_cast<double>(values.size())) return -HUGE_VAL;
+  const auto at = values.begin() + static_cast<std::ptrdiff_t>(j) - 1;
+  std::nth_element(values.begin(), at, values.end(), [](double x, double y) { return x > y; });
+  return *at;
+}
+
+// One read of a part's tokens: those whose value is at least tau into `out` (keys: order_key_bits
+// of the values; their responses), their prefixes the whole range; every selectable token when
+// tau = -inf. `left` += the tokens that may be selectable and lie below tau (a Clip-Cov token in
+// the band counted without its clip check). A chunk's flags are computed branch-free (the loops
+// vectorise; Clip-Cov's value -key >= tau is key <= -tau there, an exact integer), the few
+// tokens flagged then one by one.
+template <class Obj, class T>
+struct covariance_gather_pass {
+  struct bounds {
+    double tau, lb, ub;
+    std::uint64_t seed, key_limit;  // Clip-Cov: subset_seed, and the largest key at or above tau
+  };
+  // A chunk's flags: KL-Cov, valid and cov >= tau; Clip-Cov, valid, lb < cov < ub and key <=
+  // key_limit (place0: the subset_place of the chunk's first token). `under` += the valid (KL) or
+  // in-band (clip) tokens not flagged. Returns whether any flag is set.
+  template <bool Kl, bool TokenAdv>
+  static RECO_PLAN_PASS unsigned chunk_flags(const T* lp, const T* ta, const std::uint8_t* mk, index_t n, double a_i,
+                                             const covariance_means& m, const bounds& g, std::uint64_t place0,
+                                             std::uint8_t* hit, std::int64_t& under) {
+    unsigned any = 0, below = 0;
+    for (index_t j = 0; j < n; ++j) {
+      const double a = TokenAdv ? static_cast<double>(ta[j]) : a_i;
+      const double cov = token_covariance(a, static_cast<double>(lp[j]), m);
+      const unsigned ok = mk ? static_cast<unsigned>(mk[j] != 0) : 1u;
+      unsigned h;
+      if constexpr (Kl) {
+        h = ok & static_cast<unsigned>(cov >= g.tau);
+        below += ok ^ h;
+      } else {
+        const unsigned band = ok & static_cast<unsigned>(cov > g.lb) & static_cast<unsigned>(cov < g.ub);
+        const std::uint64_t key = splitmix64(g.seed ^ (place0 + static_cast<std::uint64_t>(j))) >> 11;
+        h = band & static_cast<unsigned>(key <= g.key_limit);
+        below += band ^ h;
+      }
+      hit[j] = static_cast<std::uint8_t>(h);
+      any |= h;
+    }
+    under += below;
+    return any;
+  }
+
+  template <int W>
+  static RECO_PLAN_PASS void run(const Obj& obj, const batch_pointers<T>& b, const double* const& adv,
+                                 const covariance_means& m, const index_t& first_response, const double& tau,
+                                 cut_candidates& out, std::int64_t& left) {
+    const auto& p = obj.select.params;
+    const bool kl = p.mode == covariance_mode::kl;
+    bounds g{tau, p.lb, p.ub, subset_seed(p.seed), ~std::uint64_t(0)};
+    if (!kl && tau > -HUGE_VAL) g.key_limit = -tau >= 0 ? static_cast<std::uint64_t>(-tau) : 0;
+    const token_layout& L = b.layout;
+    const std::uint8_t* mk = b.mask;
+    std::uint8_t hit[mask_chunk];
+    for (index_t i = 0; i < L.responses; ++i) {
+      const index_t t0 = L.begin(i), e = L.end(i);
+      for (index_t c = t0; c < e; c += mask_chunk) {
+        const index_t n = e - c < mask_chunk ? e - c : mask_chunk;
+        prefetch_chunk_ahead(b.logp + c, mk ? mk + c : nullptr);
+        if (mk && chunk_masked(mk + c, n)) continue;
+        const T* lp = b.logp + c;
+        const T* ta = b.token_advantages ? b.token_advantages + c : nullptr;
+        const std::uint8_t* mc = mk ? mk + c : nullptr;
+        const std::uint64_t place0 = subset_place(first_response + i, c - t0);
+        unsigned any = 0;
+        if (kl) {
+          any = ta ? chunk_flags<true, true>(lp, ta, mc, n, 0.0, m, g, place0, hit, left)
+                   : chunk_flags<true, false>(lp, ta, mc, n, adv[i], m, g, place0, hit, left);
+        } else {
+          any = ta ? chunk_flags<false, true>(lp, ta, mc, n, 0.0, m, g, place0, hit, left)
+                   : chunk_flags<false, false>(lp, ta, mc, n, adv[i], m, g, place0, hit, left);
+        }
+        if (!any) continue;
+        for (std::uint64_t bits = flag_bits(hit, n); bits; bits &= bits - 1) {
+          const index_t t = c + static_cast<index_t>(__builtin_ctzll(bits));
+          const double a = b.advantage_at(t, adv[i]);
+          double v = 0;
+          if (kl) {
+            v = token_covariance(a, static_cast<double>(b.logp[t]), m);
+          } else {
+            if (!clip_open(obj, b, t, a, static_cast<double>(b.logp[t]))) continue;
+            v = clip_value(p.seed, first_response + i, t - t0);
+          }
+          out.keys.push_back(order_key_bits(v));
+          out.responses.push_back(i);
+        }
+      }
     }
   }
+};
+
+// A part's candidates for a plan that selects k tokens of the step (see above): at least
+// min(k, selectable) tokens, every token left out below all of them. Returns whether any
+// selectable token was left out (then the part holds k candidates or more).
+template <class Obj, class T>
+bool covariance_candidates(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
+                           index_t first_response, index_t k, cut_candidates& out,
+                           const covariance_sampling& cs = {}) {
+  auto gather = [&](double tau) {
+    std::int64_t left = 0;
+    out.reset(0, 0, 0, b.layout.responses);
+#if RECO_SIMD
+    simd::run_widest<covariance_gather_pass<Obj, T>>(obj, b, adv, m, first_response, tau, out, left);
+#else
+    covariance_gather_pass<Obj, T>::template run<1>(obj, b, adv, m, first_response, tau, out, left);
+#endif
+    return left;
+  };
+  const double tau = covariance_threshold(obj, b, adv, m, first_response, k, cs);
+  std::int64_t left = gather(tau);
+  if (left > 0 && static_cast<index_t>(out.keys.size()) < k) left = gather(-HUGE_VAL);
+  return left > 0;
 }
 
 // The buffers of covariance_values, kept by the thread (a call or a plan round at a time).

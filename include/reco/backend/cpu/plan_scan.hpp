@@ -247,6 +247,19 @@ inline bool chunk_masked(const std::uint8_t* m, index_t n) {
   return any == 0;
 }
 
+// n <= mask_chunk flags of 0 or 1 at in, as the bits of one word (flag j to bit j).
+inline std::uint64_t flag_bits(const std::uint8_t* in, index_t n) {
+  std::uint64_t bits = 0;
+  index_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, in + j, 8);
+    bits |= ((w * 0x0102040810204080ull) >> 56) << j;  // byte k's 0/1 to bit k
+  }
+  for (; j < n; ++j) bits |= static_cast<std::uint64_t>(in[j]) << j;
+  return bits;
+}
+
 // Asks for the mask_chunk entropies of T at address h and, when m is not 0, the mask line at m
 // (addresses as integers: past the end they are only prefetched, never read).
 template <class T>
@@ -585,15 +598,7 @@ struct gather_pass {
         }
         if (!any) continue;
         // The few tokens inside: the flags as the bits of one word, then its set bits.
-        std::uint64_t bits = 0;
-        index_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-          std::uint64_t w;
-          std::memcpy(&w, in + j, 8);
-          bits |= ((w * 0x0102040810204080ull) >> 56) << j;  // byte k's 0/1 to bit k
-        }
-        for (; j < n; ++j) bits |= static_cast<std::uint64_t>(in[j]) << j;
-        for (; bits; bits &= bits - 1) {
+        for (std::uint64_t bits = flag_bits(in, n); bits; bits &= bits - 1) {
           out.keys.push_back(order_key_bits(h[t0 + __builtin_ctzll(bits)]));
           out.responses.push_back(i);
         }
