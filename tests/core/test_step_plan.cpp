@@ -322,6 +322,44 @@ TEST(StepPlan, CovarianceSplitsLeaveTokensOut) {
   }
 }
 
+// Random steps of up to about 20K tokens (parts large enough for a sampled threshold, and for
+// tokens left out), random splits, ratios from 1e-4 to 0.7, logp on a grid in a third of them
+// (ties at the cut across parts): the split selects what one call does.
+TEST(StepPlan, CovarianceRandomLargeSplits) {
+  std::mt19937_64 rng(99);
+  for (int it = 0; it < 200; ++it) {
+    reco_test::batch_spec spec;
+    spec.padded = rng() % 2 == 0;
+    spec.groups = 2 + static_cast<int>(rng() % 10);
+    spec.max_group = 1 + static_cast<int>(rng() % 8);
+    spec.max_length = 1 + static_cast<int>(rng() % 300);
+    spec.masked_row = 0.2;
+    spec.binary_rewards = rng() % 2 == 0;
+    master_batch m = reco_test::make_batch(rng(), spec);
+    if (rng() % 3 == 0)
+      for (double& x : m.logp) x = -0.25 - 0.5 * std::floor(-x / 0.5);
+    const int n = 1 + static_cast<int>(rng() % 6);
+    std::vector<index_t> cuts;
+    for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(m.R + 1)));
+    std::sort(cuts.begin(), cuts.end());
+    const double ratios[] = {1e-4, 0.003, 0.03, 0.2, 0.7};
+    const double ratio = ratios[rng() % 5];
+    const std::string label = "iteration " + std::to_string(it) + ", ratio " + std::to_string(ratio);
+    reco::presets::kl_cov kl;
+    kl.select.params.ratio = ratio;
+    reco::presets::clip_cov clip;
+    clip.select.params.ratio = ratio;
+    clip.select.params.lb = -0.4;
+    clip.select.params.ub = 0.6;
+    expect_same<double>(run_split<double>(kl, m, cuts), reco_test::run_library<double>(kl, m), "kl_cov " + label);
+    expect_same<double>(run_split<double>(clip, m, cuts), reco_test::run_library<double>(clip, m), "clip_cov " + label);
+    master_batch m32 = m;
+    reco_test::round_to<float>(m32);
+    expect_same<float>(run_split<float>(kl, m32, cuts), reco_test::run_library<float>(kl, m32), "kl_cov float " + label);
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
 // A part's candidates (detail::covariance_candidates) against the values one call ranks
 // (covariance_values): at least min(k, selectable) of them, every token left out below all of
 // them; a threshold that leaves fewer than k above gathers again (all selectable tokens), as does
