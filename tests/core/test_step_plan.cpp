@@ -322,7 +322,7 @@ TEST(StepPlan, CovarianceSplitsLeaveTokensOut) {
   }
 }
 
-// Random steps of up to about 20K tokens (parts large enough for a sampled threshold, and for
+// Random steps of up to 26K token slots (parts large enough for a sampled threshold, and for
 // tokens left out), random splits, ratios from 1e-4 to 0.7, logp on a grid in a third of them
 // (ties at the cut across parts): the split selects what one call does.
 TEST(StepPlan, CovarianceRandomLargeSplits) {
