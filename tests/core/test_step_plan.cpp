@@ -160,6 +160,26 @@ void expect_same(const split_output& s, const reco_test::library_output& whole, 
     ASSERT_NEAR(s.grad_entropy[t], whole.grad_entropy[t], tol * 1e-3) << "grad_entropy[" << t << "]";
 }
 
+// A random step: packed or padded, 2 to groups + 1 groups of 1 to `group` responses of up to
+// `length` tokens, a fifth of the responses masked.
+reco_test::batch_spec random_spec(std::mt19937_64& rng, int groups, int group, int length) {
+  reco_test::batch_spec spec;
+  spec.padded = rng() % 2 == 0;
+  spec.groups = 2 + static_cast<int>(rng() % static_cast<std::uint64_t>(groups));
+  spec.max_group = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(group));
+  spec.max_length = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(length));
+  spec.masked_row = 0.2;
+  return spec;
+}
+// Random inner boundaries (sorted, repeats: empty parts) of 1 to `parts` parts of R responses.
+std::vector<index_t> random_cuts(std::mt19937_64& rng, index_t R, int parts) {
+  const int n = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(parts));
+  std::vector<index_t> cuts;
+  for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(R + 1)));
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
 // Cut sets: 1, 2, 3, 4 and 6 parts, uneven, with empty parts (repeated boundaries).
 std::vector<std::vector<index_t>> standard_cuts(index_t R, std::uint64_t seed) {
   std::vector<std::vector<index_t>> cuts;
@@ -328,20 +348,12 @@ TEST(StepPlan, CovarianceSplitsLeaveTokensOut) {
 TEST(StepPlan, CovarianceRandomLargeSplits) {
   std::mt19937_64 rng(99);
   for (int it = 0; it < 200; ++it) {
-    reco_test::batch_spec spec;
-    spec.padded = rng() % 2 == 0;
-    spec.groups = 2 + static_cast<int>(rng() % 10);
-    spec.max_group = 1 + static_cast<int>(rng() % 8);
-    spec.max_length = 1 + static_cast<int>(rng() % 300);
-    spec.masked_row = 0.2;
+    reco_test::batch_spec spec = random_spec(rng, 10, 8, 300);
     spec.binary_rewards = rng() % 2 == 0;
     master_batch m = reco_test::make_batch(rng(), spec);
     if (rng() % 3 == 0)
       for (double& x : m.logp) x = -0.25 - 0.5 * std::floor(-x / 0.5);
-    const int n = 1 + static_cast<int>(rng() % 6);
-    std::vector<index_t> cuts;
-    for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(m.R + 1)));
-    std::sort(cuts.begin(), cuts.end());
+    const std::vector<index_t> cuts = random_cuts(rng, m.R, 6);
     const double ratios[] = {1e-4, 0.003, 0.03, 0.2, 0.7};
     const double ratio = ratios[rng() % 5];
     const std::string label = "iteration " + std::to_string(it) + ", ratio " + std::to_string(ratio);
@@ -1029,20 +1041,12 @@ TEST(StepPlan, RandomSplitsProperty) {
   const sampling_reset reset;
   std::mt19937_64 rng(2024);
   for (int it = 0; it < 120; ++it) {
-    reco_test::batch_spec spec;
-    spec.padded = rng() % 2 == 0;
-    spec.groups = 2 + static_cast<int>(rng() % 8);
-    spec.max_group = 1 + static_cast<int>(rng() % 7);
-    spec.max_length = 1 + static_cast<int>(rng() % 15);
-    spec.masked_row = 0.2;
+    reco_test::batch_spec spec = random_spec(rng, 8, 7, 15);
     spec.response_weights = true;
     master_batch m = reco_test::make_batch(rng(), spec);
     if (rng() % 2 == 0)
       for (double& h : m.entropy) h = std::round(h * 4.0) / 4.0;
-    const int n = 1 + static_cast<int>(rng() % 8);
-    std::vector<index_t> cuts;
-    for (int k = 0; k + 1 < n; ++k) cuts.push_back(static_cast<index_t>(rng() % static_cast<std::uint64_t>(m.R + 1)));
-    std::sort(cuts.begin(), cuts.end());
+    const std::vector<index_t> cuts = random_cuts(rng, m.R, 8);
     const std::string label = "iteration " + std::to_string(it);
     g_sampling = it % 3 == 0 ? reco::window_sampling{} : every_part_windowed(it % 3 == 1 ? 5 : 0, it % 3 == 1 ? 0.005 : 0);
     switch (it % 4) {
