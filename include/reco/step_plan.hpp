@@ -122,7 +122,7 @@ struct part_rounds {
   std::uint64_t pending = 0;  // gathered before the plan (summarize, gather_early) from values of this width
   std::uint64_t window = 0;   // the id of the windowed summary it was gathered by (0: none)
   index_t first_response = -1, responses = -1;
-  const void* entropy = nullptr;  // the entropies it was gathered from (another batch gathers again)
+  const void* entropy = nullptr;  // the entropies (a covariance selection: logp) it was gathered from
   detail::cut_candidates candidates;
   bool left_out = false;  // a covariance selection's part left selectable tokens below its candidates
 };

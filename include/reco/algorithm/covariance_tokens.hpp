@@ -401,7 +401,8 @@ bool covariance_candidates(const Obj& obj, const batch_pointers<T>& b, const dou
   return left > 0;
 }
 
-// The buffers of covariance_values, kept by the thread (a call or a plan round at a time).
+// The buffers of covariance_values, kept by the thread (one call at a time; a step plan ranks its
+// parts' candidates instead).
 struct covariance_buffers {
   std::vector<double> value;
   std::vector<std::uint8_t> in;
