@@ -51,9 +51,16 @@
 // reads each part's logp once, with the step's means, for its candidates: its tokens whose
 // selection value is at least a sampled threshold that leaves k or more of them (or all) above
 // (covariance_candidates: every token left out lies below the step's cut). The rounds rank the
-// candidates' values as the cut ranks entropies, on doubles; the first also counts them and the
-// parts that left tokens out, which sets the rank (all candidates when they are k or fewer and
-// none was left out).
+// candidates' values. Each part sends its first k candidates in the step's order (value
+// descending, then response) as (value, response) pairs in slots of its own, and whether it sent
+// fewer than all its selectable tokens: one round of P(2k + 1) + 1 values (P: the step's
+// non-empty parts, which the summaries mark). The step's selection is the first k of that table,
+// so every part then knows the cut and each response's kept tokens and ties, and the plan is
+// complete. When the table would be larger than two histograms (many parts, a large k), radix
+// rounds on doubles rank the candidates as the cut ranks entropies, and a round of counts per
+// response follows; their first round also counts the candidates and the parts that left tokens
+// out, which sets the rank. Both take all candidates when they are k or fewer and no part left a
+// token out.
 //
 // Scaling: the plan's scale (step_info::scale, default 1) multiplies every part's loss and
 // gradient. Data-parallel wrappers that average gradients over W ranks (DDP, FSDP) need scale = W
@@ -524,9 +531,14 @@ bool summary_has_histogram(const Obj& obj) {
 
 // The block of a stage-0 summary before the per-response fields: the first histogram round of a
 // cut, or for a covariance selection three values per response of the step (the sum of logp over
-// its valid tokens; the sum of A_t and a 1 when its advantages are given per token), from which
-// the plan takes the step's means.
+// its valid tokens; the sum of A_t; flags: +1 when its advantages are given per token, +2 when it
+// is the first response of a part), from which the plan takes the step's means and its parts.
 inline constexpr std::size_t covariance_slots = 3;
+inline constexpr int covariance_token_advantages = 1, covariance_part_start = 2;
+// The largest table of the parts' top values (P(2k + 1) + 1) a covariance plan sums in one round;
+// beyond it, the radix rounds (each a 2^16-bucket histogram, four for doubles) and the counts
+// cost less.
+inline constexpr std::size_t covariance_table_limit = 2 * plan_histogram;
 // A covariance selection's plan reads each part's logp on the host: no part_token_source.
 inline void refuse_token_source(const part_token_source* tokens) {
   if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
@@ -543,7 +555,8 @@ std::size_t stage0_block(const Obj& obj, index_t responses) {
 // The step's plan: what every call of a split step needs from the rest of the step.
 class step_plan {
  public:
-  enum class stage_kind : std::uint8_t { histogram, cut_counts, complete };
+  // top_values: a covariance selection's round of each part's first k candidates.
+  enum class stage_kind : std::uint8_t { histogram, cut_counts, complete, top_values };
 
   bool complete() const { return stage_ == stage_kind::complete; }
   stage_kind stage() const { return stage_; }
@@ -569,6 +582,12 @@ class step_plan {
     std::uint64_t fp = fingerprint_;
     detail::check_plan_header(total, stage_index_, fp, true);
     const double* v = total.values.data() + detail::plan_header;
+    if (stage_ == stage_kind::top_values) {
+      detail::require(total.values.size() == detail::plan_header + round_body(), "plan",
+                      "top-value summary of the wrong size");
+      take_top_values(v);
+      return;
+    }
     if (stage_ == stage_kind::histogram) {
       detail::require(total.values.size() == detail::plan_header + round_body(), "plan",
                       "histogram summary of the wrong size");
@@ -618,7 +637,6 @@ class step_plan {
     }
     ties_.assign(R, 0);
     kept_.assign(R, 0);
-    double kept_tokens = 0, kept_responses = 0;
     for (index_t i = 0; i < R; ++i) {
       const auto above = static_cast<index_t>(v[2 * i]), on = static_cast<index_t>(v[2 * i + 1]);
       index_t take = on;
@@ -630,15 +648,8 @@ class step_plan {
       // the budget runs out in): its kept flags then need no walk in position order.
       ties_[i] = budget < 0 || take == on ? -1 : take;
       kept_[i] = above + take;
-      kept_tokens += static_cast<double>(kept_[i]);
-      kept_responses += kept_[i] > 0 ? 1 : 0;
     }
-    if (kept_denominator_) {
-      policy_.tokens = kept_tokens;
-      policy_.responses = kept_responses;
-    }
-    ++stage_index_;
-    stage_ = stage_kind::complete;
+    finish_kept();
   }
 
   // The slice of the plan a call of `responses` responses starting at `first` reads.
@@ -668,6 +679,7 @@ class step_plan {
   // covariance selection's first round, the parts that left selectable tokens out), or per
   // response the tokens above and on the cut.
   std::size_t round_body() const {
+    if (stage_ == stage_kind::top_values) return part_starts_.size() * (2 * static_cast<std::size_t>(select_k_) + 1) + 1;
     if (stage_ != stage_kind::histogram) return 2 * static_cast<std::size_t>(step_.responses);
     return static_cast<std::size_t>(histograms()) * detail::plan_histogram + (covariance_ && round_ == 0 ? 1 : 0);
   }
@@ -677,6 +689,13 @@ class step_plan {
   bool covariance() const { return covariance_; }
   double covariance_adv_mean() const { return covariance_means_[0]; }
   double covariance_logp_mean() const { return covariance_means_[1]; }
+  // A covariance selection's top-value round: the index of the part that starts at response
+  // `first` among the step's non-empty parts (its slots: [index (2k + 1), (index + 1)(2k + 1))), or
+  // -1 when no part starts there.
+  index_t part_slot(index_t first) const {
+    const auto it = std::lower_bound(part_starts_.begin(), part_starts_.end(), first);
+    return it != part_starts_.end() && *it == first ? static_cast<index_t>(it - part_starts_.begin()) : -1;
+  }
   // The digit histograms the stage-0 summary carried (0 or 1): what recycle_taken clears of it.
   std::size_t summary_histograms() const { return summary_histograms_; }
 
@@ -692,6 +711,76 @@ class step_plan {
   std::size_t width() const { return width_; }
 
  private:
+  // The top-value round. The step selects its first k selectable tokens in the order value
+  // descending, then step position; a part's first k in that order hold every token of it the step
+  // selects, so the step's selection is the first k of the table. Equal (value, response) pairs
+  // are interchangeable: a response keeps its first tokens on the cut in position order, and only
+  // their number matters here. When the table holds k or fewer and every part sent all its
+  // selectable tokens, all are taken; a part that sent fewer sent k, so the table then holds k or
+  // more. Values are ranked by their order keys, as the radix rounds rank them.
+  void take_top_values(const double* v) {
+    const auto K = static_cast<std::size_t>(select_k_);
+    const std::size_t P = part_starts_.size(), slots = 2 * K + 1;
+    const index_t R = step_.responses;
+    struct entry {
+      std::uint64_t key;
+      index_t response;
+    };
+    std::vector<entry> table;
+    for (std::size_t p = 0; p < P; ++p) {
+      const double* slot = v + p * slots;
+      const double n = slot[0];
+      if (!(n >= 0 && n <= static_cast<double>(K) && n == std::floor(n)))
+        detail::fail("plan", "a part sent " + std::to_string(n) + " top values for a selection of " +
+                                 std::to_string(K) + " (inconsistent parts)");
+      for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
+        const double i = slot[2 + 2 * j];
+        if (!(i >= 0 && i < static_cast<double>(R) && i == std::floor(i)))
+          detail::fail("plan", "a part sent a top value of response " + std::to_string(i) + ", outside the step's " +
+                                   std::to_string(R) + " (inconsistent parts)");
+        table.push_back(entry{detail::order_key_bits(slot[1 + 2 * j]), static_cast<index_t>(i)});
+      }
+    }
+    const double partial = v[P * slots];  // the parts that sent fewer than all their selectable tokens
+    ties_.assign(R, 0);
+    kept_.assign(R, 0);
+    if (table.size() <= K && partial == 0) {
+      cut_ = entropy_cut{-HUGE_VAL, -1};  // every selectable token of the step
+      for (const entry& e : table) ++kept_[e.response];
+      ties_.assign(R, -1);
+    } else {
+      if (table.size() < K)
+        detail::fail("plan", "parts sent " + std::to_string(table.size()) + " top values, fewer than the " +
+                                 std::to_string(K) + " selected, yet left tokens out (inconsistent parts)");
+      std::nth_element(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(K - 1), table.end(),
+                       [](const entry& a, const entry& b) { return a.key != b.key ? a.key > b.key : a.response < b.response; });
+      const std::uint64_t cut = table[K - 1].key;
+      cut_ = entropy_cut{detail::key_value(cut, sizeof(double)), 0};
+      // ties_[i]: the response's tokens on the cut that it keeps (the first ones in position order).
+      for (std::size_t j = 0; j < K; ++j) {
+        ++kept_[table[j].response];
+        ties_[table[j].response] += table[j].key == cut;
+      }
+    }
+    finish_kept();
+  }
+
+  // After the cut counts or the top values: the kept counts (kept-denominator selectors), and the
+  // plan is complete.
+  void finish_kept() {
+    double kept_tokens = 0, kept_responses = 0;
+    for (const index_t k : kept_) {
+      kept_tokens += static_cast<double>(k);
+      kept_responses += k > 0 ? 1 : 0;
+    }
+    if (kept_denominator_) {
+      policy_.tokens = kept_tokens;
+      policy_.responses = kept_responses;
+    }
+    ++stage_index_;
+    stage_ = stage_kind::complete;
+  }
+
   // One histogram round: per target j, the summed histogram at v + j * stride (stride 0: one
   // histogram for every target, as in the first round) narrows its prefix by a digit.
   void take_histogram(const double* v, std::size_t stride) {
@@ -744,6 +833,7 @@ class step_plan {
   entropy_cut cut_{HUGE_VAL, -1};
   bool covariance_ = false;
   double covariance_means_[2] = {0, 0};
+  std::vector<index_t> part_starts_;  // a covariance selection's non-empty parts: their first responses
   std::size_t summary_histograms_ = 0;
 };
 
@@ -906,7 +996,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
         double* cv = body + covariance_slots * static_cast<std::size_t>(part.first_response + i);
         cv[0] = cs.logp;
         cv[1] = cs.adv;
-        cv[2] = b.token_advantages ? 1.0 : 0.0;
+        cv[2] = (b.token_advantages ? covariance_token_advantages : 0) + (i == 0 ? covariance_part_start : 0);
       }
     }
   }
@@ -1183,7 +1273,9 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
       c.n = static_cast<double>(plan.length_[i]);
       c.logp = cv[0];
       c.adv = cv[1];
-      covariance_add(m, c, plan.adv_[i], cv[2] != 0);
+      const int flags = static_cast<int>(cv[2]);
+      covariance_add(m, c, plan.adv_[i], (flags & covariance_token_advantages) != 0);
+      if (flags & covariance_part_start) plan.part_starts_.push_back(i);
     }
     const index_t k = covariance_count(p.ratio, m.n);
     covariance_finish(m);
@@ -1198,6 +1290,8 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     if (k == 0) {
       plan.cut_ = entropy_cut{HUGE_VAL, -1};
       plan.stage_ = step_plan::stage_kind::cut_counts;
+    } else if (plan.part_starts_.size() * (2 * static_cast<std::size_t>(k) + 1) + 1 <= covariance_table_limit) {
+      plan.stage_ = step_plan::stage_kind::top_values;
     } else {
       // The rank waits for the parts' candidates to be counted (advance).
       plan.targets_ = 1;
@@ -1369,7 +1463,32 @@ void covariance_round(const Obj& obj, const step_plan& plan, const batch_pointer
   }
   double* out = s.values.data() + plan_header;
   constexpr int W = 64;
-  if (plan.stage() == step_plan::stage_kind::histogram) {
+  if (plan.stage() == step_plan::stage_kind::top_values) {
+    // The part's first k candidates in the step's order (all of them when fewer) as (value,
+    // response) pairs in its slots; the last slot counts the parts that sent fewer than all their
+    // selectable tokens.
+    const auto K = static_cast<std::size_t>(plan.selected_count());
+    out[plan.round_body() - 1] = st.left_out || c.keys.size() > K ? 1 : 0;
+    if (R == 0) return;
+    const index_t p = plan.part_slot(part.first_response);
+    require(p >= 0, "part.first_response", "starts no part of the step's summaries (" +
+                                               std::to_string(part.first_response) + ")");
+    thread_local std::vector<std::size_t> order;
+    order.resize(c.keys.size());
+    for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+    const std::size_t n = std::min(K, order.size());
+    if (n < order.size())
+      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                       [&c](std::size_t a, std::size_t b) {
+                         return c.keys[a] != c.keys[b] ? c.keys[a] > c.keys[b] : c.responses[a] < c.responses[b];
+                       });
+    double* slot = out + static_cast<std::size_t>(p) * (2 * K + 1);
+    slot[0] = static_cast<double>(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      slot[1 + 2 * j] = key_value(c.keys[order[j]], sizeof(double));
+      slot[2 + 2 * j] = static_cast<double>(part.first_response + c.responses[order[j]]);
+    }
+  } else if (plan.stage() == step_plan::stage_kind::histogram) {
     const int done = plan.round() * plan_digit_bits;
     if (done > 0) c.narrow(W, done, plan.prefix(0), plan.prefix(0));
     const int shift = W - done - plan_digit_bits;

@@ -342,6 +342,23 @@ TEST(StepPlan, CovarianceSplitsLeaveTokensOut) {
   }
 }
 
+// KL-Cov and Clip-Cov at one ratio (Clip-Cov's band (lb, ub)), the step split at `cuts` against
+// one call on it: KL-Cov in double and float, Clip-Cov in double.
+void expect_covariance_splits(const master_batch& m, const std::vector<index_t>& cuts, double ratio, double lb,
+                              double ub, const std::string& label) {
+  reco::presets::kl_cov kl;
+  kl.select.params.ratio = ratio;
+  reco::presets::clip_cov clip;
+  clip.select.params.ratio = ratio;
+  clip.select.params.lb = lb;
+  clip.select.params.ub = ub;
+  expect_same<double>(run_split<double>(kl, m, cuts), reco_test::run_library<double>(kl, m), "kl_cov " + label);
+  expect_same<double>(run_split<double>(clip, m, cuts), reco_test::run_library<double>(clip, m), "clip_cov " + label);
+  master_batch m32 = m;
+  reco_test::round_to<float>(m32);
+  expect_same<float>(run_split<float>(kl, m32, cuts), reco_test::run_library<float>(kl, m32), "kl_cov float " + label);
+}
+
 // Random steps of up to 26K token slots (parts large enough for a sampled threshold, and for
 // tokens left out), random splits, ratios from 1e-4 to 0.7, logp on a grid in a third of them
 // (ties at the cut across parts): the split selects what one call does.
@@ -356,19 +373,41 @@ TEST(StepPlan, CovarianceRandomLargeSplits) {
     const std::vector<index_t> cuts = random_cuts(rng, m.R, 6);
     const double ratios[] = {1e-4, 0.003, 0.03, 0.2, 0.7};
     const double ratio = ratios[rng() % 5];
-    const std::string label = "iteration " + std::to_string(it) + ", ratio " + std::to_string(ratio);
+    expect_covariance_splits(m, cuts, ratio, -0.4, 0.6, "iteration " + std::to_string(it) + ", ratio " + std::to_string(ratio));
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
+// The plan's first round after the summaries: the parts' top values in one table of P(2k + 1) + 1
+// values, or radix rounds over the candidates when that table would exceed
+// covariance_table_limit (many parts, a large k). Both select what one call on the step does.
+template <class Obj>
+reco::step_plan summed_summaries(const Obj& obj, const master_batch& m, const std::vector<index_t>& cuts) {
+  reco_test::split_step<double> sp(m, cuts, reco::step_info{5, m.R, 1.0, 0});
+  reco::step_summary total;
+  for (std::size_t p = 0; p < sp.parts.size(); ++p) total += reco::summarize(obj, sp.views[p], sp.parts[p]);
+  return reco::finish_plan(obj, sp.step, total);
+}
+TEST(StepPlan, CovarianceTopValuesOrDigitRounds) {
+  reco_test::batch_spec spec;
+  spec.groups = 64;
+  spec.max_group = 8;
+  spec.max_length = 600;
+  const master_batch m = reco_test::make_batch(123, spec);  // about 75K valid tokens
+  const std::vector<index_t> cuts = {m.R / 5, 2 * m.R / 5, 2 * m.R / 5, 3 * m.R / 5, 4 * m.R / 5};  // 5 + 1 empty
+  using stage = reco::step_plan::stage_kind;
+  for (const auto& [ratio, want] : {std::pair{0.05, stage::top_values}, std::pair{0.7, stage::histogram}}) {
+    const std::string label = "ratio " + std::to_string(ratio);
     reco::presets::kl_cov kl;
     kl.select.params.ratio = ratio;
+    const reco::step_plan plan = summed_summaries(kl, m, cuts);
+    const std::size_t table = 5 * (2 * static_cast<std::size_t>(plan.selected_count()) + 1) + 1;
+    EXPECT_EQ(plan.stage(), want) << label << ": a table of " << table << " values";
+    EXPECT_EQ(table <= reco::detail::covariance_table_limit, want == stage::top_values) << label;
     reco::presets::clip_cov clip;
     clip.select.params.ratio = ratio;
-    clip.select.params.lb = -0.4;
-    clip.select.params.ub = 0.6;
-    expect_same<double>(run_split<double>(kl, m, cuts), reco_test::run_library<double>(kl, m), "kl_cov " + label);
-    expect_same<double>(run_split<double>(clip, m, cuts), reco_test::run_library<double>(clip, m), "clip_cov " + label);
-    master_batch m32 = m;
-    reco_test::round_to<float>(m32);
-    expect_same<float>(run_split<float>(kl, m32, cuts), reco_test::run_library<float>(kl, m32), "kl_cov float " + label);
-    if (::testing::Test::HasFailure()) break;
+    EXPECT_EQ(summed_summaries(clip, m, cuts).stage(), want) << label;
+    expect_covariance_splits(m, cuts, ratio, -0.5, 0.5, label);
   }
 }
 
@@ -411,7 +450,9 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
     const double tau = reco::detail::covariance_threshold(obj, b, adv, means, 0, k, md.sampling);
     std::size_t above = 0;
     for (double v : selectable) above += v >= tau;
-    if (md.too_few) EXPECT_LT(above, static_cast<std::size_t>(k)) << "the threshold must leave too few";
+    if (md.too_few) {
+      EXPECT_LT(above, static_cast<std::size_t>(k)) << "the threshold must leave too few";
+    }
     reco::detail::cut_candidates c;
     const bool left = reco::detail::covariance_candidates(obj, b, adv, means, 0, k, c, md.sampling);
     EXPECT_EQ(left, md.leaves_out);
@@ -424,7 +465,9 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
     std::size_t at_or_above = 0;
     for (double v : selectable) at_or_above += v >= least;
     EXPECT_EQ(at_or_above, c.keys.size());
-    if (!left) EXPECT_EQ(c.keys.size(), selectable.size());
+    if (!left) {
+      EXPECT_EQ(c.keys.size(), selectable.size());
+    }
     // Each candidate is a selectable token of its response with that value.
     std::vector<double> by_response;
     for (std::size_t j = 0; j < c.keys.size(); ++j) {
@@ -1142,6 +1185,56 @@ TEST(StepPlan, HistogramRoundsThatLoseTokensAreRejected) {
   for (const reco::step_summary* bad : {&no_groups, &no_buckets}) {
     reco::step_plan p = plan;
     expect_plan_error([&] { p.advance(*bad); }, "fewer valid tokens");
+  }
+}
+
+// A covariance plan's top-value round: a part claiming more values than k, a value of a response
+// outside the step, or parts that say they left tokens out with fewer than k values in the table
+// are an error naming the plan; a part that starts where no part of the summaries started is
+// named by its first response.
+TEST(StepPlan, CovarianceTopValueRoundsThatDisagreeAreRejected) {
+  reco_test::batch_spec spec;
+  spec.groups = 8;
+  spec.max_length = 200;
+  master_batch m = reco_test::make_batch(61, spec);
+  reco_test::round_to<double>(m);
+  reco::presets::kl_cov obj;
+  obj.select.params.ratio = 0.01;
+  reco_test::split_step<double> sp(m, {m.R / 2}, reco::step_info{9, m.R, 1.0, 0});
+  reco::step_summary total = reco::summarize(obj, sp.views[0], sp.parts[0]);
+  total += reco::summarize(obj, sp.views[1], sp.parts[1]);
+  const reco::step_plan plan = reco::finish_plan(obj, sp.step, total);
+  ASSERT_EQ(plan.stage(), reco::step_plan::stage_kind::top_values);
+  const auto K = static_cast<std::size_t>(plan.selected_count());
+  ASSERT_GT(K, 1u);
+  reco::step_summary round = reco::plan_round(obj, plan, sp.views[0], sp.parts[0]);
+  round += reco::plan_round(obj, plan, sp.views[1], sp.parts[1]);
+  const std::size_t h = reco::detail::plan_header, slots = 2 * K + 1;
+  ASSERT_EQ(round.size(), h + 2 * slots + 1);
+  ASSERT_EQ(round.values[h], static_cast<double>(K)) << "the first part holds more than k candidates";
+  ASSERT_EQ(round.values[h + 2 * slots], 2) << "both parts hold more than they send";
+  {
+    reco::step_plan ok = plan;
+    ok.advance(round);
+    EXPECT_TRUE(ok.complete());
+  }
+  reco::step_summary too_many = round, too_few = round, outside = round;
+  too_many.values[h] = static_cast<double>(K + 1);
+  too_few.values[h] = too_few.values[h + slots] = 1;
+  outside.values[h + 2] = static_cast<double>(m.R);
+  for (auto [bad, needle] : {std::pair{&too_many, "top values for a selection"}, std::pair{&too_few, "fewer than"},
+                             std::pair{&outside, "outside the step"}}) {
+    reco::step_plan p = plan;
+    expect_plan_error([&] { p.advance(*bad); }, needle);
+  }
+  reco::step_part shifted = sp.parts[0];  // still inside the step
+  shifted.first_response += 1;
+  try {
+    reco::plan_round(obj, plan, sp.views[0], shifted);
+    ADD_FAILURE() << "no error for a part that starts where no part started";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "part.first_response") << e.what();
+    EXPECT_NE(std::string(e.what()).find("starts no part"), std::string::npos) << e.what();
   }
 }
 
