@@ -539,6 +539,11 @@ inline constexpr int covariance_token_advantages = 1, covariance_part_start = 2;
 // beyond it, the radix rounds (each a 2^16-bucket histogram, four for doubles) and the counts
 // cost less.
 inline constexpr std::size_t covariance_table_limit = 2 * plan_histogram;
+// The step's order of a covariance selection's tokens, as far as the table needs it: value (its
+// order key) descending, then response. The parts and the plan must rank alike.
+inline bool before_in_step(std::uint64_t key_a, index_t response_a, std::uint64_t key_b, index_t response_b) {
+  return key_a != key_b ? key_a > key_b : response_a < response_b;
+}
 // A covariance selection's plan reads each part's logp on the host: no part_token_source.
 inline void refuse_token_source(const part_token_source* tokens) {
   if (tokens) fail("tokens", "a covariance selection's plan reads the part's logp on the host (CPU tensors)");
@@ -679,7 +684,7 @@ class step_plan {
   // covariance selection's first round, the parts that left selectable tokens out), or per
   // response the tokens above and on the cut.
   std::size_t round_body() const {
-    if (stage_ == stage_kind::top_values) return part_starts_.size() * (2 * static_cast<std::size_t>(select_k_) + 1) + 1;
+    if (stage_ == stage_kind::top_values) return part_starts_.size() * part_top_values() + 1;
     if (stage_ != stage_kind::histogram) return 2 * static_cast<std::size_t>(step_.responses);
     return static_cast<std::size_t>(histograms()) * detail::plan_histogram + (covariance_ && round_ == 0 ? 1 : 0);
   }
@@ -689,9 +694,10 @@ class step_plan {
   bool covariance() const { return covariance_; }
   double covariance_adv_mean() const { return covariance_means_[0]; }
   double covariance_logp_mean() const { return covariance_means_[1]; }
-  // A covariance selection's top-value round: the index of the part that starts at response
-  // `first` among the step's non-empty parts (its slots: [index (2k + 1), (index + 1)(2k + 1))), or
-  // -1 when no part starts there.
+  // A covariance selection's top-value round: each part's slots (a count, then k (value, response)
+  // pairs), and the index of the part that starts at response `first` among the step's non-empty
+  // parts (its slots from index · part_top_values()), or -1 when no part starts there.
+  std::size_t part_top_values() const { return 2 * static_cast<std::size_t>(select_k_) + 1; }
   index_t part_slot(index_t first) const {
     const auto it = std::lower_bound(part_starts_.begin(), part_starts_.end(), first);
     return it != part_starts_.end() && *it == first ? static_cast<index_t>(it - part_starts_.begin()) : -1;
@@ -720,7 +726,7 @@ class step_plan {
   // more. Values are ranked by their order keys, as the radix rounds rank them.
   void take_top_values(const double* v) {
     const auto K = static_cast<std::size_t>(select_k_);
-    const std::size_t P = part_starts_.size(), slots = 2 * K + 1;
+    const std::size_t P = part_starts_.size(), slots = part_top_values();
     const index_t R = step_.responses;
     struct entry {
       std::uint64_t key;
@@ -742,18 +748,18 @@ class step_plan {
       }
     }
     const double partial = v[P * slots];  // the parts that sent fewer than all their selectable tokens
-    ties_.assign(R, 0);
     kept_.assign(R, 0);
     if (table.size() <= K && partial == 0) {
       cut_ = entropy_cut{-HUGE_VAL, -1};  // every selectable token of the step
       for (const entry& e : table) ++kept_[e.response];
       ties_.assign(R, -1);
     } else {
+      ties_.assign(R, 0);
       if (table.size() < K)
         detail::fail("plan", "parts sent " + std::to_string(table.size()) + " top values, fewer than the " +
                                  std::to_string(K) + " selected, yet left tokens out (inconsistent parts)");
       std::nth_element(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(K - 1), table.end(),
-                       [](const entry& a, const entry& b) { return a.key != b.key ? a.key > b.key : a.response < b.response; });
+                       [](const entry& a, const entry& b) { return detail::before_in_step(a.key, a.response, b.key, b.response); });
       const std::uint64_t cut = table[K - 1].key;
       cut_ = entropy_cut{detail::key_value(cut, sizeof(double)), 0};
       // ties_[i]: the response's tokens on the cut that it keeps (the first ones in position order).
@@ -1290,12 +1296,13 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
     if (k == 0) {
       plan.cut_ = entropy_cut{HUGE_VAL, -1};
       plan.stage_ = step_plan::stage_kind::cut_counts;
-    } else if (plan.part_starts_.size() * (2 * static_cast<std::size_t>(k) + 1) + 1 <= covariance_table_limit) {
-      plan.stage_ = step_plan::stage_kind::top_values;
     } else {
-      // The rank waits for the parts' candidates to be counted (advance).
-      plan.targets_ = 1;
-      plan.stage_ = step_plan::stage_kind::histogram;
+      plan.stage_ = step_plan::stage_kind::top_values;
+      if (plan.round_body() > covariance_table_limit) {
+        // Radix rounds: the rank waits for the parts' candidates to be counted (advance).
+        plan.targets_ = 1;
+        plan.stage_ = step_plan::stage_kind::histogram;
+      }
     }
   } else if constexpr (O::selector_type::active) {
     if (!term_on(obj.select)) return plan;  // a selectable selector that is off
@@ -1468,7 +1475,7 @@ void covariance_round(const Obj& obj, const step_plan& plan, const batch_pointer
     // response) pairs in its slots; the last slot counts the parts that sent fewer than all their
     // selectable tokens.
     const auto K = static_cast<std::size_t>(plan.selected_count());
-    out[plan.round_body() - 1] = st.left_out || c.keys.size() > K ? 1 : 0;
+    out[plan.round_body() - 1] = st.left_out || c.keys.size() > K ? 1 : 0;  // after every part's slots
     if (R == 0) return;
     const index_t p = plan.part_slot(part.first_response);
     require(p >= 0, "part.first_response", "starts no part of the step's summaries (" +
@@ -1480,9 +1487,9 @@ void covariance_round(const Obj& obj, const step_plan& plan, const batch_pointer
     if (n < order.size())
       std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
                        [&c](std::size_t a, std::size_t b) {
-                         return c.keys[a] != c.keys[b] ? c.keys[a] > c.keys[b] : c.responses[a] < c.responses[b];
+                         return before_in_step(c.keys[a], c.responses[a], c.keys[b], c.responses[b]);
                        });
-    double* slot = out + static_cast<std::size_t>(p) * (2 * K + 1);
+    double* slot = out + static_cast<std::size_t>(p) * plan.part_top_values();
     slot[0] = static_cast<double>(n);
     for (std::size_t j = 0; j < n; ++j) {
       slot[1 + 2 * j] = key_value(c.keys[order[j]], sizeof(double));
