@@ -690,6 +690,8 @@ class step_plan {
   }
   // The tokens a top-k or covariance selection keeps over the step (k).
   index_t selected_count() const { return select_k_; }
+  // Response i's valid tokens, as the summaries counted them.
+  index_t valid_tokens(index_t i) const { return length_[static_cast<std::size_t>(i)]; }
   // Covariance selection (Clip-Cov / KL-Cov): the step's mean A and mean logp.
   bool covariance() const { return covariance_; }
   double covariance_adv_mean() const { return covariance_means_[0]; }
@@ -1465,8 +1467,10 @@ void covariance_round(const Obj& obj, const step_plan& plan, const batch_pointer
     covariance_means m;
     m.adv = plan.covariance_adv_mean();
     m.logp = plan.covariance_logp_mean();
+    std::int64_t valid = 0;  // the part's valid tokens (the summaries counted them)
+    for (index_t i = 0; i < R; ++i) valid += plan.valid_tokens(part.first_response + i);
     st.left_out = covariance_candidates(obj, b, plan.advantages().data() + part.first_response, m,
-                                        part.first_response, plan.selected_count(), c);
+                                        part.first_response, plan.selected_count(), c, {}, valid);
   }
   double* out = s.values.data() + plan_header;
   constexpr int W = 64;

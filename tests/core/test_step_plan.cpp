@@ -415,12 +415,12 @@ TEST(StepPlan, CovarianceTopValuesOrDigitRounds) {
 // (covariance_values): at least min(k, selectable) of them, every token left out below all of
 // them; a threshold that leaves fewer than k above gathers again (all selectable tokens), as does
 // a sample too small for it.
-template <class Obj>
+template <class T, class Obj>
 void check_candidates(const Obj& obj, const master_batch& m0, const std::string& name) {
-  SCOPED_TRACE(name);
+  SCOPED_TRACE(name + (sizeof(T) == 4 ? " float" : " double"));
   master_batch m = m0;
-  reco_test::round_to<double>(m);
-  reco_test::split_step<double> sp(m, {}, reco::step_info{3, m.R, 1.0, 0});
+  reco_test::round_to<T>(m);
+  reco_test::split_step<T> sp(m, {}, reco::step_info{3, m.R, 1.0, 0});
   const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
   const auto b = reco::detail::pointers_of(sp.views[0]);
   reco::detail::covariance_means means;
@@ -456,6 +456,15 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
     reco::detail::cut_candidates c;
     const bool left = reco::detail::covariance_candidates(obj, b, adv, means, 0, k, c, md.sampling);
     EXPECT_EQ(left, md.leaves_out);
+    // Given the part's valid tokens (counted here from the mask), the read skips chunks on their
+    // logp alone: the same candidates, the same answer.
+    std::int64_t valid = 0;
+    for (index_t i = 0; i < b.layout.responses; ++i)
+      for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t) valid += b.mask == nullptr || b.mask[t] != 0;
+    reco::detail::cut_candidates skipping;
+    EXPECT_EQ(reco::detail::covariance_candidates(obj, b, adv, means, 0, k, skipping, md.sampling, valid), left);
+    EXPECT_EQ(skipping.keys, c.keys);
+    EXPECT_EQ(skipping.responses, c.responses);
     ASSERT_EQ(c.keys.size(), c.responses.size());
     EXPECT_GE(c.keys.size(), std::min<std::size_t>(static_cast<std::size_t>(k), selectable.size()));
     // The candidates are exactly the selectable tokens at or above the least of them, and every
@@ -488,12 +497,103 @@ TEST(StepPlan, CovarianceCandidatesHoldTheSelection) {
   const master_batch m = reco_test::make_batch(77, spec);
   reco::presets::kl_cov kl;
   kl.select.params.ratio = 0.05;
-  check_candidates(kl, m, "kl_cov");
+  check_candidates<double>(kl, m, "kl_cov");
+  check_candidates<float>(kl, m, "kl_cov");
   reco::presets::clip_cov clip;
   clip.select.params.ratio = 0.05;
   clip.select.params.lb = -0.5;
   clip.select.params.ub = 0.5;
-  check_candidates(clip, m, "clip_cov");
+  check_candidates<double>(clip, m, "clip_cov");
+  check_candidates<float>(clip, m, "clip_cov");
+}
+
+// Chunks skipped on their logp (a response far below KL-Cov's threshold) count as left out: here
+// the threshold takes response 0's one token, fewer than k = 2, and response 1's 300 tokens,
+// never read in double, must make the part gather again (every valid token).
+TEST(StepPlan, CovarianceSkippedChunksCountAsLeftOut) {
+  constexpr index_t W = 320;
+  std::vector<double> logp(2 * W, 0.0), adv{2.0, 0.01};
+  std::vector<std::uint8_t> mask(2 * W, 0);
+  logp[0] = -0.1;
+  mask[0] = 1;
+  for (index_t t = 0; t < 300; ++t) {
+    logp[W + t] = -2 - static_cast<double>(t) / 300;
+    mask[W + t] = 1;
+  }
+  reco::batch_view<double> v;
+  v.layout.responses = 2;
+  v.layout.max_length = W;
+  v.layout.tokens = 2 * W;
+  v.logp = {logp.data(), 2 * W};
+  v.mask = {mask.data(), 2 * W};
+  const auto b = reco::detail::pointers_of(v);
+  reco::detail::covariance_means m;
+  double sum = 0;
+  for (index_t t = 0; t < 2 * W; ++t) sum += mask[static_cast<std::size_t>(t)] ? logp[static_cast<std::size_t>(t)] : 0;
+  m.n = 301;
+  m.adv = (2.0 + 300 * 0.01) / 301;
+  m.logp = sum / 301;
+  const reco::presets::kl_cov kl;
+  const reco::detail::covariance_sampling every{4096, 1, 0};  // the threshold: the largest value
+  for (const std::int64_t valid : {std::int64_t(-1), std::int64_t(301)}) {
+    reco::detail::cut_candidates c;
+    EXPECT_FALSE(reco::detail::covariance_candidates(kl, b, adv.data(), m, 0, 2, c, every, valid)) << valid;
+    EXPECT_EQ(c.keys.size(), 301u) << "gathered again: every valid token (valid " << valid << ")";
+  }
+}
+
+// detail::logp_range: every logp whose covariance d (x - mean logp) passes the test (KL-Cov
+// cov >= tau; Clip-Cov lb < cov < ub) lies in [lo, hi], for logp within a few thousand steps of
+// each end and at random, in float and double; and each end lies within 64 steps of the exact
+// boundary (the interval is tight, else the pass would read in double what it could skip).
+template <class T>
+void check_logp_range(std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const T inf = std::numeric_limits<T>::infinity();
+  int ranged = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const double lbar = -1.5 + u(g), d = trial % 50 == 0 ? 0.0 : 3 * u(g) * std::pow(10.0, 2 * u(g));
+    const bool kl = trial % 2 == 0;
+    const double tau = u(g) * 4, lb = 1 + u(g), ub = lb + 2 + 2 * u(g);
+    reco::detail::covariance_means m;
+    m.logp = lbar;
+    T lo{}, hi{};
+    if (!reco::detail::logp_range(d, m, kl, tau, lb, ub, lo, hi)) {
+      EXPECT_EQ(d, 0.0) << "only d = 0 has no interval here";
+      continue;
+    }
+    ++ranged;
+    auto cov = [&](T x) { return d * (static_cast<double>(x) - lbar); };  // the definition
+    auto passes = [&](T x) { return kl ? cov(x) >= tau : (cov(x) > lb && cov(x) < ub); };
+    auto probe = [&](T x) {
+      if (passes(x)) {
+        EXPECT_TRUE(x >= lo && x <= hi) << "x " << x << " passes outside [" << lo << ", " << hi << "], d " << d;
+      }
+    };
+    for (T end : {lo, hi}) {
+      if (!(end > -inf && end < inf)) continue;
+      T x = end, y = end;
+      for (int step = 0; step < 2000; ++step) {
+        probe(x);
+        probe(y);
+        x = std::nextafter(x, -inf);
+        y = std::nextafter(y, inf);
+      }
+      // Tight: the end's neighbour inward passes or a neighbour within 64 steps does.
+      const T inward = end == lo ? inf : -inf;
+      bool near = false;
+      T z = end;
+      for (int step = 0; step < 64 && !near; ++step) near = passes(z = std::nextafter(z, inward));
+      EXPECT_TRUE(near || !kl) << "end " << end << " is not within 64 steps of a passing logp, d " << d;
+    }
+    for (int r = 0; r < 2000; ++r) probe(static_cast<T>(lbar + 20 * u(g)));
+  }
+  EXPECT_GT(ranged, 300);
+}
+TEST(StepPlan, CovarianceLogpRangeHoldsEveryFlaggedToken) {
+  check_logp_range<float>(5);
+  check_logp_range<double>(6);
 }
 
 TEST(StepPlan, PeerSwitches) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -289,12 +290,57 @@ double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const do
   return *at;
 }
 
+// The logp interval [lo, hi] outside which no token of a response with d = A_i - mean A can be
+// flagged: KL-Cov cov >= tau, Clip-Cov lb < cov < ub, for cov = token_covariance. Each end starts
+// at the rounded solution of d (x - mean logp) = bound and steps (in T) until its own covariance
+// proves it outside, so rounding never leaves a flagged token out. Returns false when no such
+// interval is found (d = 0, tau = -inf, overflow): then every token takes the exact test.
+template <class T>
+bool logp_range(double d, const covariance_means& m, bool kl, double tau, double lb, double ub, T& lo, T& hi) {
+  if (!(d != 0) || !std::isfinite(d)) return false;
+  const covariance_means at{0, 0, m.logp};  // token_covariance(d, x, at) = d (x - mean logp)
+  auto cov = [&](T x) { return token_covariance(d, static_cast<double>(x), at); };
+  const T inf = std::numeric_limits<T>::infinity();
+  // The end below (down) or above the interval, from the bound b: `outside(x)` must hold there.
+  auto end = [&](double b, bool down, auto outside) {
+    const double x0 = m.logp + b / d;
+    if (!(std::fabs(x0) <= static_cast<double>(std::numeric_limits<T>::max()))) return down ? -inf : inf;
+    T x = static_cast<T>(x0);
+    for (int step = 0; step < 64; ++step) {
+      if (outside(x)) return x;
+      x = std::nextafter(x, down ? -inf : inf);
+    }
+    return down ? -inf : inf;
+  };
+  if (kl) {
+    if (!std::isfinite(tau)) return false;
+    auto below = [&](T x) { return !(cov(x) >= tau); };
+    lo = d > 0 ? end(tau, true, below) : -inf;
+    hi = d > 0 ? inf : end(tau, false, below);
+  } else {
+    auto under_lb = [&](T x) { return cov(x) <= lb; };
+    auto over_ub = [&](T x) { return cov(x) >= ub; };
+    lo = d > 0 ? end(lb, true, under_lb) : end(ub, true, over_ub);
+    hi = d > 0 ? end(ub, false, over_ub) : end(lb, false, under_lb);
+  }
+  return lo > -inf || hi < inf;
+}
+
 // One read of a part's tokens: those whose value is at least tau into `out` (keys: order_key_bits
 // of the values; their responses), their prefixes the whole range; every selectable token when
 // tau = -inf. `left` += the tokens that may be selectable and lie below tau (a Clip-Cov token in
 // the band counted without its clip check). A chunk's flags are computed branch-free (the loops
 // vectorise; Clip-Cov's value -key >= tau is key <= -tau there, an exact integer), the few
 // tokens flagged then one by one.
+//
+// With per-response advantages a response's covariance d (x - mean logp), d = A_i - mean A, is
+// monotone in its logp x, so the tokens that can be flagged (KL-Cov: cov >= tau; Clip-Cov: in
+// the band) have logp in one interval [lo, hi] of the input's type (logp_range). A chunk's logp is
+// first compared with it in that type, until the first chunk with a logp inside: from there the
+// response's chunks read their mask and take the exact flags in double. A response that cannot
+// reach the threshold or the band (most of a part for KL-Cov, those with a small |d| for
+// Clip-Cov) then costs its logp alone (4 bytes a token in float instead of 5, no products and
+// no hashes), KL-Cov's counting its valid tokens from the summaries.
 template <class Obj, class T>
 struct covariance_gather_pass {
   struct bounds {
@@ -330,10 +376,20 @@ struct covariance_gather_pass {
     return any;
   }
 
+  // Whether a chunk holds a slot with logp in [lo, hi] (valid or not: the mask is not read).
+  static RECO_PLAN_PASS bool chunk_in_range(const T* lp, index_t n, T lo, T hi) {
+    std::uint8_t any = 0;
+    for (index_t j = 0; j < n; ++j)
+      any |= static_cast<std::uint8_t>(static_cast<std::uint8_t>(lp[j] >= lo) & static_cast<std::uint8_t>(lp[j] <= hi));
+    return any != 0;
+  }
+
+  // `skip`: chunks may be skipped on their logp alone. A skipped chunk holds no token in Clip-Cov's
+  // band; KL-Cov's valid tokens in it are not counted in `left` (the caller counts them).
   template <int W>
   static RECO_PLAN_PASS void run(const Obj& obj, const batch_pointers<T>& b, const double* const& adv,
                                  const covariance_means& m, const index_t& first_response, const double& tau,
-                                 cut_candidates& out, std::int64_t& left) {
+                                 const bool& skip, cut_candidates& out, std::int64_t& left) {
     const auto& p = obj.select.params;
     const bool kl = p.mode == covariance_mode::kl;
     bounds g{tau, p.lb, p.ub, subset_seed(p.seed), ~std::uint64_t(0)};
@@ -343,9 +399,19 @@ struct covariance_gather_pass {
     std::uint8_t hit[mask_chunk];
     for (index_t i = 0; i < L.responses; ++i) {
       const index_t t0 = L.begin(i), e = L.end(i);
+      T lo{}, hi{};
+      bool ranged = skip && !b.token_advantages && logp_range(adv[i] - m.adv, m, kl, tau, p.lb, p.ub, lo, hi);
       for (index_t c = t0; c < e; c += mask_chunk) {
         const index_t n = e - c < mask_chunk ? e - c : mask_chunk;
-        prefetch_chunk_ahead(b.logp + c, mk ? mk + c : nullptr);
+        if (ranged) {  // the mask only for the chunks that hold a logp in range
+          prefetch_chunk_ahead(b.logp + c, nullptr);
+          if (!chunk_in_range(b.logp + c, n, lo, hi)) continue;
+          // The response's chunks after its first in range all take the exact flags: a response
+          // that reaches the threshold or the band mostly does so in every chunk.
+          ranged = false;
+        } else {
+          prefetch_chunk_ahead(b.logp + c, mk ? mk + c : nullptr);
+        }
         if (mk && chunk_masked(mk + c, n)) continue;
         const T* lp = b.logp + c;
         const T* ta = b.token_advantages ? b.token_advantages + c : nullptr;
@@ -380,20 +446,24 @@ struct covariance_gather_pass {
 
 // A part's candidates for a plan that selects k tokens of the step (see above): at least
 // min(k, selectable) tokens, every token left out below all of them. Returns whether any
-// selectable token was left out (then the part holds k candidates or more).
+// selectable token was left out (then the part holds k candidates or more). `valid` (optional):
+// the part's valid tokens, which lets KL-Cov's read skip chunks without reading their mask.
 template <class Obj, class T>
 bool covariance_candidates(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
                            index_t first_response, index_t k, cut_candidates& out,
-                           const covariance_sampling& cs = {}) {
+                           const covariance_sampling& cs = {}, std::int64_t valid = -1) {
+  const bool kl = obj.select.params.mode == covariance_mode::kl;
+  const bool skip = !kl || valid >= 0;
   auto gather = [&](double tau) {
     std::int64_t left = 0;
     out.reset(0, 0, 0, b.layout.responses);
 #if RECO_SIMD
-    simd::run_widest<covariance_gather_pass<Obj, T>>(obj, b, adv, m, first_response, tau, out, left);
+    simd::run_widest<covariance_gather_pass<Obj, T>>(obj, b, adv, m, first_response, tau, skip, out, left);
 #else
-    covariance_gather_pass<Obj, T>::template run<1>(obj, b, adv, m, first_response, tau, out, left);
+    covariance_gather_pass<Obj, T>::template run<1>(obj, b, adv, m, first_response, tau, skip, out, left);
 #endif
-    return left;
+    // KL-Cov takes every valid token at or above tau: the rest are left out.
+    return kl && skip ? valid - static_cast<std::int64_t>(out.keys.size()) : left;
   };
   const double tau = covariance_threshold(obj, b, adv, m, first_response, k, cs);
   std::int64_t left = gather(tau);
