@@ -385,7 +385,8 @@ struct covariance_gather_pass {
   }
 
   // `skip`: chunks may be skipped on their logp alone. A skipped chunk holds no token in Clip-Cov's
-  // band; KL-Cov's valid tokens in it are not counted in `left` (the caller counts them).
+  // band; KL-Cov's valid tokens in it are missing from `left`, which covariance_candidates then
+  // takes as the part's valid tokens less its candidates instead.
   template <int W>
   static RECO_PLAN_PASS void run(const Obj& obj, const batch_pointers<T>& b, const double* const& adv,
                                  const covariance_means& m, const index_t& first_response, const double& tau,
