@@ -435,6 +435,24 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
   for (index_t t = 0; t < N; ++t)
     if (in[static_cast<std::size_t>(t)]) selectable.push_back(value[static_cast<std::size_t>(t)]);
   ASSERT_GT(static_cast<index_t>(selectable.size()), 3 * k) << "the batch must leave tokens out";
+  if (obj.select.params.mode == reco::covariance_mode::clip) {
+    // Clip-Cov's threshold comes from the number of candidates, not from sampled keys: with every
+    // chunk sampled it is -floor(e / n 2^53) for the n candidates and e = spare k + least, and the
+    // keys, uniform over [0, 2^53), put about e candidates at or above it.
+    const double n = static_cast<double>(selectable.size());
+    for (const double spare : {0.5, 2.0}) {
+      const reco::detail::covariance_sampling all{index_t(1) << 40, 16, spare};
+      const double e = spare * static_cast<double>(k) + 16;
+      const double tau = reco::detail::covariance_threshold(obj, b, adv, means, 0, k, all);
+      ASSERT_LT(e, n);
+      EXPECT_EQ(tau, -std::floor(e / n * std::ldexp(1.0, 53))) << "spare " << spare;
+      double above = 0;
+      for (double v : selectable) above += v >= tau;
+      EXPECT_NEAR(above, e, 5 * std::sqrt(e) + 5) << "spare " << spare;
+    }
+    const reco::detail::covariance_sampling beyond{index_t(1) << 40, 16, n};  // e >= n: every candidate
+    EXPECT_EQ(reco::detail::covariance_threshold(obj, b, adv, means, 0, k, beyond), -HUGE_VAL);
+  }
   struct mode {
     const char* name;
     reco::detail::covariance_sampling sampling;

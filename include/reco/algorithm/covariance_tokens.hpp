@@ -239,12 +239,21 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
 // step's k-th value: it is neither selected nor on the cut. One read of the part's logp finds the
 // candidates (a few per thousand); the plan's rounds and cut counts read only those.
 
-// The threshold: the values of a sample of the part's chunks of mask_chunk slots (about `samples`
-// slots: one chunk in every `stride`, an odd stride, the responses' chunks counted in order), and
-// the least of their j largest, j = max(least, spare k f) for the sampled fraction f of the
-// slots: about j / f >= spare k of the part's tokens lie at or above it. -inf (every selectable
-// token) when the sample holds fewer than j. These settings change the cost, never the plan: a
-// part whose threshold leaves fewer than k tokens above it and some below gathers again from -inf.
+// The threshold, from a sample of the part's chunks of mask_chunk slots (about `samples` slots:
+// one chunk in every `stride`, an odd stride, the responses' chunks counted in order), a fraction
+// f of the part's slots:
+// - KL-Cov: the least of the sample's j largest values, j = max(least, spare k f), so that about
+//   j / f >= spare k of the part's tokens lie at or above it; -inf (every valid token) when the
+//   sample holds fewer than j.
+// - Clip-Cov: its values are -key, and a token's key is a hash of its place, uniform on [0, 2^53)
+//   and blind to the band. So the threshold need not be a quantile of sampled keys: from the
+//   sample's candidates (in the band, clip not binding; no key computed) the part holds about
+//   n = found / f, and the keys at most 2^53 e / n, e = spare k + least, take about e of them.
+//   -inf (every candidate) when the sample finds fewer than `least` or e >= n. Before, the
+//   threshold was the 16th largest sampled value and let a dozen times more candidates through,
+//   each a clip check reading old_logp far from the last.
+// These settings change the cost, never the plan: a part whose threshold leaves fewer than k
+// tokens above it and some below gathers again from -inf.
 struct covariance_sampling {
   index_t samples = 4096;
   double least = 16;
@@ -253,6 +262,9 @@ struct covariance_sampling {
 template <class Obj, class T>
 double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
                             index_t first_response, index_t k, const covariance_sampling& cs = {}) {
+  (void)first_response;  // the sample needs no key
+  const auto& p = obj.select.params;
+  const bool kl = p.mode == covariance_mode::kl;
   const token_layout& L = b.layout;
   std::int64_t chunks = 0, slots = 0;
   for (index_t i = 0; i < L.responses; ++i) {
@@ -263,9 +275,9 @@ double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const do
   }
   const std::int64_t per = cs.samples / mask_chunk > 0 ? cs.samples / mask_chunk : 1;  // chunks sampled
   const std::int64_t stride = chunks / per > 1 ? (chunks / per) | 1 : 1;
-  thread_local std::vector<double> values;
+  thread_local std::vector<double> values;  // KL-Cov: the sample's values
   values.clear();
-  std::int64_t sampled = 0, seen = 0, next = 0;
+  std::int64_t sampled = 0, seen = 0, next = 0, found = 0;  // found: Clip-Cov's sampled candidates
   for (index_t i = 0; i < L.responses; ++i) {
     const index_t t0 = L.begin(i), e = L.end(i);
     if (e <= t0) continue;
@@ -274,15 +286,22 @@ double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const do
       const index_t c = t0 + static_cast<index_t>(next - seen) * mask_chunk, end = std::min(e, c + mask_chunk);
       sampled += end - c;
       for (index_t t = c; t < end; ++t) {
-        double v = 0;
-        if (b.valid(t) && selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), v))
-          values.push_back(v);
+        if (!b.valid(t)) continue;
+        const double a = b.advantage_at(t, adv[i]), logp = static_cast<double>(b.logp[t]);
+        const double cov = token_covariance(a, logp, m);
+        if (kl) values.push_back(cov);
+        else found += cov > p.lb && cov < p.ub && clip_open(obj, b, t, a, logp);
       }
     }
     seen += n;
   }
   if (sampled == 0) return -HUGE_VAL;
   const double f = static_cast<double>(sampled) / static_cast<double>(slots);
+  if (!kl) {
+    const double e = cs.spare * static_cast<double>(k) + cs.least, n = static_cast<double>(found) / f;
+    if (static_cast<double>(found) < cs.least || e >= n) return -HUGE_VAL;
+    return -std::floor(e / n * 9007199254740992.0);  // 2^53: the keys' range
+  }
   const double j = std::ceil(std::max(cs.least, cs.spare * static_cast<double>(k) * f));
   if (j > static_cast<double>(values.size())) return -HUGE_VAL;
   const auto at = values.begin() + static_cast<std::ptrdiff_t>(j) - 1;
@@ -398,6 +417,11 @@ struct covariance_gather_pass {
     const token_layout& L = b.layout;
     const std::uint8_t* mk = b.mask;
     std::uint8_t hit[mask_chunk];
+    struct flagged {
+      index_t t, i, t0;
+    };
+    thread_local std::vector<flagged> held;
+    held.clear();
     for (index_t i = 0; i < L.responses; ++i) {
       const index_t t0 = L.begin(i), e = L.end(i);
       T lo{}, hi{};
@@ -429,18 +453,27 @@ struct covariance_gather_pass {
         if (!any) continue;
         for (std::uint64_t bits = flag_bits(hit, n); bits; bits &= bits - 1) {
           const index_t t = c + static_cast<index_t>(__builtin_ctzll(bits));
-          const double a = b.advantage_at(t, adv[i]);
-          double v = 0;
-          if (kl) {
-            v = token_covariance(a, static_cast<double>(b.logp[t]), m);
-          } else {
-            if (!clip_open(obj, b, t, a, static_cast<double>(b.logp[t]))) continue;
-            v = clip_value(p.seed, first_response + i, t - t0);
+          if (!kl) {
+            held.push_back({t, i, t0});  // its clip is checked after the read
+            continue;
           }
+          const double v = token_covariance(b.advantage_at(t, adv[i]), static_cast<double>(b.logp[t]), m);
           out.keys.push_back(order_key_bits(v));
           out.responses.push_back(i);
         }
       }
+    }
+    // Clip-Cov's flagged tokens, in token order: their old_logp lie far apart and, read one by one
+    // inside the loop, each waited for memory; here each is asked for a few tokens ahead.
+    constexpr std::size_t ahead = 8;
+    for (std::size_t j = 0; j < held.size(); ++j) {
+#if defined(__GNUC__)
+      if (b.old_logp && j + ahead < held.size()) __builtin_prefetch(b.old_logp + held[j + ahead].t);
+#endif
+      const flagged& h = held[j];
+      if (!clip_open(obj, b, h.t, b.advantage_at(h.t, adv[h.i]), static_cast<double>(b.logp[h.t]))) continue;
+      out.keys.push_back(order_key_bits(clip_value(p.seed, first_response + h.i, h.t - h.t0)));
+      out.responses.push_back(h.i);
     }
   }
 };
