@@ -443,7 +443,7 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
     for (const double spare : {0.5, 2.0}) {
       const reco::detail::covariance_sampling all{index_t(1) << 40, 16, spare};
       const double e = spare * static_cast<double>(k) + 16;
-      const double tau = reco::detail::covariance_threshold(obj, b, adv, means, 0, k, all);
+      const double tau = reco::detail::covariance_threshold(obj, b, adv, means, k, all);
       ASSERT_LT(e, n);
       EXPECT_EQ(tau, -std::floor(e / n * std::ldexp(1.0, 53))) << "spare " << spare;
       double above = 0;
@@ -451,7 +451,7 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
       EXPECT_NEAR(above, e, 5 * std::sqrt(e) + 5) << "spare " << spare;
     }
     const reco::detail::covariance_sampling beyond{index_t(1) << 40, 16, n};  // e >= n: every candidate
-    EXPECT_EQ(reco::detail::covariance_threshold(obj, b, adv, means, 0, k, beyond), -HUGE_VAL);
+    EXPECT_EQ(reco::detail::covariance_threshold(obj, b, adv, means, k, beyond), -HUGE_VAL);
   }
   struct mode {
     const char* name;
@@ -465,7 +465,7 @@ void check_candidates(const Obj& obj, const master_batch& m0, const std::string&
                         {"sample smaller than j: every token", {4096, 1e9, 2}, false, false}};
   for (const mode& md : modes) {
     SCOPED_TRACE(md.name);
-    const double tau = reco::detail::covariance_threshold(obj, b, adv, means, 0, k, md.sampling);
+    const double tau = reco::detail::covariance_threshold(obj, b, adv, means, k, md.sampling);
     std::size_t above = 0;
     for (double v : selectable) above += v >= tau;
     if (md.too_few) {

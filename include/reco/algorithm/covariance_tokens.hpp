@@ -177,6 +177,13 @@ bool clip_open(const Obj& obj, const batch_pointers<T>& b, index_t t, double a, 
     return true;
   }
 }
+// Clip-Cov: whether token t (advantage a, covariance cov) is a candidate: lb < cov < ub and its
+// clip does not bind.
+template <class Obj, class T>
+bool clip_candidate(const Obj& obj, const batch_pointers<T>& b, index_t t, double a, double logp, double cov) {
+  const auto& p = obj.select.params;
+  return cov > p.lb && cov < p.ub && clip_open(obj, b, t, a, logp);
+}
 // Clip-Cov's selection value of a candidate: minus its subset key (the smallest keys win).
 inline double clip_value(double seed, index_t response, index_t position) {
   return -static_cast<double>(covariance_subset_key(seed, response, position));
@@ -192,7 +199,7 @@ bool selection_value(const Obj& obj, const batch_pointers<T>& b, const covarianc
     v = cov;
     return true;
   }
-  if (!(cov > p.lb && cov < p.ub) || !clip_open(obj, b, t, a, logp)) return false;
+  if (!clip_candidate(obj, b, t, a, logp, cov)) return false;
   v = clip_value(p.seed, first_response + i, t - t0);
   return true;
 }
@@ -261,10 +268,8 @@ struct covariance_sampling {
 };
 template <class Obj, class T>
 double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
-                            index_t first_response, index_t k, const covariance_sampling& cs = {}) {
-  (void)first_response;  // the sample needs no key
-  const auto& p = obj.select.params;
-  const bool kl = p.mode == covariance_mode::kl;
+                            index_t k, const covariance_sampling& cs = {}) {
+  const bool kl = obj.select.params.mode == covariance_mode::kl;
   const token_layout& L = b.layout;
   std::int64_t chunks = 0, slots = 0;
   for (index_t i = 0; i < L.responses; ++i) {
@@ -290,7 +295,7 @@ double covariance_threshold(const Obj& obj, const batch_pointers<T>& b, const do
         const double a = b.advantage_at(t, adv[i]), logp = static_cast<double>(b.logp[t]);
         const double cov = token_covariance(a, logp, m);
         if (kl) values.push_back(cov);
-        else found += cov > p.lb && cov < p.ub && clip_open(obj, b, t, a, logp);
+        else found += clip_candidate(obj, b, t, a, logp, cov);
       }
     }
     seen += n;
@@ -418,7 +423,7 @@ struct covariance_gather_pass {
     const std::uint8_t* mk = b.mask;
     std::uint8_t hit[mask_chunk];
     struct flagged {
-      index_t t, i, t0;
+      index_t t, i;  // the token and its response
     };
     thread_local std::vector<flagged> held;
     held.clear();
@@ -454,7 +459,7 @@ struct covariance_gather_pass {
         for (std::uint64_t bits = flag_bits(hit, n); bits; bits &= bits - 1) {
           const index_t t = c + static_cast<index_t>(__builtin_ctzll(bits));
           if (!kl) {
-            held.push_back({t, i, t0});  // its clip is checked after the read
+            held.push_back({t, i});  // its clip is checked after the read
             continue;
           }
           const double v = token_covariance(b.advantage_at(t, adv[i]), static_cast<double>(b.logp[t]), m);
@@ -472,7 +477,7 @@ struct covariance_gather_pass {
 #endif
       const flagged& h = held[j];
       if (!clip_open(obj, b, h.t, b.advantage_at(h.t, adv[h.i]), static_cast<double>(b.logp[h.t]))) continue;
-      out.keys.push_back(order_key_bits(clip_value(p.seed, first_response + h.i, h.t - h.t0)));
+      out.keys.push_back(order_key_bits(clip_value(p.seed, first_response + h.i, h.t - L.begin(h.i))));
       out.responses.push_back(h.i);
     }
   }
@@ -499,7 +504,7 @@ bool covariance_candidates(const Obj& obj, const batch_pointers<T>& b, const dou
     // KL-Cov takes every valid token at or above tau: the rest are left out.
     return kl && skip ? valid - static_cast<std::int64_t>(out.keys.size()) : left;
   };
-  const double tau = covariance_threshold(obj, b, adv, m, first_response, k, cs);
+  const double tau = covariance_threshold(obj, b, adv, m, k, cs);
   std::int64_t left = gather(tau);
   if (left > 0 && static_cast<index_t>(out.keys.size()) < k) left = gather(-HUGE_VAL);
   return left > 0;
