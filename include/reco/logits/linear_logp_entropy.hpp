@@ -91,7 +91,7 @@ struct linear_gradients {
   const A* saved_lse = nullptr;      // from the forward (linear_backward only)
   const A* saved_entropy = nullptr;  // from the forward, when grad_entropy is non-zero
   T* dhidden = nullptr;              // dh [rows, hidden_size], row stride dhidden_stride (0: H), written
-  A* dhidden_accum = nullptr;        // ... or the same in A (exactly one of the two)
+  A* dhidden_accum = nullptr;        // ... or the same in A (at most one of the two; none: no dh)
   index_t dhidden_stride = 0;
   A* dweight = nullptr;  // [vocab, hidden_size] row stride dweight_stride (0: H); added to (nullable)
   index_t dweight_stride = 0;
@@ -216,8 +216,8 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   require(in.tokens != nullptr || N == 0, "tokens", "is null");
   check_tokens(in.tokens, N, total_vocab, in.row_mask);
   if (backward) {
-    require((gr.dhidden != nullptr) != (gr.dhidden_accum != nullptr) || N == 0, "dhidden",
-            "exactly one of dhidden and dhidden_accum must be given");
+    require(gr.dhidden == nullptr || gr.dhidden_accum == nullptr, "dhidden",
+            "give dhidden or dhidden_accum, not both");
     require(gr.dhidden_stride == 0 || gr.dhidden_stride >= H, "dhidden_stride", "must be 0 or >= hidden_size");
     require(gr.dweight_stride == 0 || gr.dweight_stride >= H, "dweight_stride", "must be 0 or >= hidden_size");
   }
@@ -239,7 +239,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
     for (index_t r = 0; r < N; ++r)
       for (index_t k = 0; k < H; ++k) {
         if (gr.dhidden) gr.dhidden[r * dhs + k] = narrow<T>(A(0));
-        else gr.dhidden_accum[r * dhs + k] = A(0);
+        else if (gr.dhidden_accum) gr.dhidden_accum[r * dhs + k] = A(0);
       }
     return;
   }
@@ -272,7 +272,8 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   const index_t C = plan.chunk_rows, B = weight_in_place ? V : plan.weight_block_rows;
   std::unique_ptr<A[]> tile(new A[static_cast<std::size_t>(C * V)]);
   std::unique_ptr<A[]> hc(new A[static_cast<std::size_t>(C * H)]);
-  std::unique_ptr<A[]> dhc(backward ? new A[static_cast<std::size_t>(C * H)] : nullptr);
+  const bool want_dh = backward && (gr.dhidden || gr.dhidden_accum);
+  std::unique_ptr<A[]> dhc(want_dh ? new A[static_cast<std::size_t>(C * H)] : nullptr);
   std::unique_ptr<A[]> wblock(weight_in_place ? nullptr : new A[static_cast<std::size_t>(B * H)]);
   std::unique_ptr<A[]> ones(backward && gr.dbias ? new A[static_cast<std::size_t>(C)] : nullptr);
   std::unique_ptr<A[]> row_values(new A[static_cast<std::size_t>(C * 4)]);
@@ -338,7 +339,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   };
   // dh (+)= dX[:, block] W_block, dW[block] += dX[:, block]^T h, dbias[block] += column sums.
   auto backward_block = [&](index_t n, index_t v0, index_t nb, const weight_view& w, bool first) {
-    gemm(false, !w.row_major, n, H, nb, A(1), tile.get() + v0, V, w.p, w.ld, first ? A(0) : A(1), dhc.get(), H);
+    if (want_dh) gemm(false, !w.row_major, n, H, nb, A(1), tile.get() + v0, V, w.p, w.ld, first ? A(0) : A(1), dhc.get(), H);
     if (gr.dweight) gemm(true, false, nb, H, n, A(1), tile.get() + v0, V, hc.get(), H, A(1), gr.dweight + v0 * dws, dws);
     if (gr.dbias) gemm(true, false, nb, 1, n, A(1), tile.get() + v0, V, ones.get(), 1, A(1), gr.dbias + v0, 1);
   };
@@ -355,7 +356,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
     if (backward)
       for (index_t k = 0; k < H; ++k) {
         if (gr.dhidden) gr.dhidden[r * dhs + k] = narrow<T>(A(0));
-        else gr.dhidden_accum[r * dhs + k] = A(0);
+        else if (gr.dhidden_accum) gr.dhidden_accum[r * dhs + k] = A(0);
       }
   }
   while (true) {
@@ -458,11 +459,12 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
         backward_block(n, v0, nb, weight_rows(v0, nb), v0 == 0);
       }
     }
-    for (index_t i = 0; i < n; ++i)
-      for (index_t k = 0; k < H; ++k) {
-        if (gr.dhidden) gr.dhidden[rows[i] * dhs + k] = narrow<T>(dhc[i * H + k]);
-        else gr.dhidden_accum[rows[i] * dhs + k] = dhc[i * H + k];
-      }
+    if (want_dh)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t k = 0; k < H; ++k) {
+          if (gr.dhidden) gr.dhidden[rows[i] * dhs + k] = narrow<T>(dhc[i * H + k]);
+          else gr.dhidden_accum[rows[i] * dhs + k] = dhc[i * H + k];
+        }
   }
 }
 
