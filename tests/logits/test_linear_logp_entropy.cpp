@@ -500,3 +500,32 @@ TEST(LinearLogpEntropyErrors, NamedArguments) {
 }
 
 }  // namespace
+
+namespace {
+
+// The device call's plan, on the host: offsets aligned and disjoint, the workspace within the
+// budget and the largest chunk that fits, 16-bit dlogits only for 16-bit inputs.
+TEST(LinearLogpEntropyPlan, DevicePlanFitsTheBudget) {
+  namespace rl = reco::logits;
+  for (std::size_t t : {2, 4}) {
+    const std::size_t budget = std::size_t(64) << 20;
+    const auto p = rl::plan_linear_cuda(100000, 151936, 2048, t, 4, budget, 0);
+    EXPECT_LE(p.workspace_bytes, budget);
+    EXPECT_GT(rl::plan_linear_cuda(100000, 151936, 2048, t, 4, budget, p.chunk_rows + 1).workspace_bytes, budget);
+    for (std::size_t off : {p.tile, p.dlogits_t, p.hidden, p.dhidden, p.ones}) EXPECT_EQ(off % 256, 0u);
+    const std::size_t C = static_cast<std::size_t>(p.chunk_rows);
+    EXPECT_GE(p.dlogits_t - p.tile, C * 151936 * 4);
+    EXPECT_EQ(p.hidden - p.dlogits_t >= C * 151936 * t, t == 2);
+    EXPECT_GE(p.workspace_bytes - p.ones, C * t);
+  }
+  EXPECT_EQ(rl::plan_linear_cuda(5, 100, 8, 4, 4, std::size_t(1) << 30, 0).chunk_rows, 5);  // at most the rows
+  EXPECT_EQ(rl::plan_linear_cuda(50, 100, 8, 4, 4, 0, 7).chunk_rows, 7);                     // chunk_rows given
+  try {
+    rl::plan_linear_cuda(50, 151936, 2048, 2, 4, 1000, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), "memory_budget");
+  }
+}
+
+}  // namespace

@@ -166,6 +166,52 @@ inline linear_plan plan_linear(index_t rows, index_t vocab, index_t hidden, std:
   return p;
 }
 
+// The device call's plan (reco/logits/linear_logp_entropy.cuh), host-side: rows per chunk and the
+// offsets of its buffers in one caller-allocated workspace, each 256-byte aligned. Per chunk row:
+// the logits tile (V in A), and for 16-bit inputs its dlogits rounded once to T for the backward
+// GEMMs (V in T); the packed h row (H in T), the dh row (H in A) and one T of a ones vector.
+struct linear_cuda_plan {
+  index_t chunk_rows = 0;
+  std::size_t tile = 0, dlogits_t = 0, hidden = 0, dhidden = 0, ones = 0;  // byte offsets
+  std::size_t workspace_bytes = 0;
+};
+
+inline linear_cuda_plan plan_linear_cuda(index_t rows, index_t vocab, index_t hidden, std::size_t t_size,
+                                         std::size_t a_size, std::size_t budget, index_t chunk_rows) {
+  constexpr std::size_t align = 256;
+  auto layout = [&](index_t c) {
+    linear_cuda_plan p;
+    p.chunk_rows = c;
+    std::size_t at = 0;
+    auto take = [&](std::size_t bytes) {
+      const std::size_t start = at;
+      at += (bytes + align - 1) / align * align;
+      return start;
+    };
+    const std::size_t C = static_cast<std::size_t>(c), V = static_cast<std::size_t>(vocab),
+                      H = static_cast<std::size_t>(hidden);
+    p.tile = take(C * V * a_size);
+    p.dlogits_t = take(t_size == a_size ? 0 : C * V * t_size);
+    p.hidden = take(C * H * t_size);
+    p.dhidden = take(C * H * a_size);
+    p.ones = take(C * t_size);
+    p.workspace_bytes = at;
+    return p;
+  };
+  if (chunk_rows > 0) return layout(std::min(chunk_rows, std::max<index_t>(rows, 1)));
+  const linear_cuda_plan one = layout(1);
+  if (budget < one.workspace_bytes)
+    ::reco::detail::fail("memory_budget", std::to_string(budget) + " bytes cannot hold one token's row (" +
+                                              std::to_string(one.workspace_bytes) + " bytes on the device)");
+  // The largest chunk within the budget (at most rows): per-row bytes bound it, alignment decides.
+  const std::size_t per_row = static_cast<std::size_t>(vocab) * (a_size + (t_size == a_size ? 0 : t_size)) +
+                              static_cast<std::size_t>(hidden) * (t_size + a_size) + t_size;
+  index_t c = static_cast<index_t>(std::min<std::size_t>(budget / per_row, static_cast<std::size_t>(std::max<index_t>(rows, 1))));
+  c = std::max<index_t>(c, 1);
+  while (c > 1 && layout(c).workspace_bytes > budget) --c;
+  return layout(c);
+}
+
 namespace detail {
 
 template <class T>
