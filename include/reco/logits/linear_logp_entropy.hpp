@@ -303,11 +303,20 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
         if (!finite_value(in.hidden[r * hs0 + k * hs1]))
           fail("hidden", "row " + std::to_string(r) + " has a non-finite value");
     }
-    if (weight_in_place)
-      for (index_t v = 0; v < V; ++v)
-        for (index_t k = 0; k < H; ++k)
-          if (!finite_value(in.weight[v * ws0 + k * ws1]))
-            fail("weight", "row " + std::to_string(v) + " has a non-finite value");
+    if (weight_in_place) {
+      // One read of W, rows in parallel, without an early exit in the inner loop (it vectorises).
+      index_t first_bad = V;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) reduction(min : first_bad) if (V * H >= (index_t(1) << 20))
+#endif
+      for (index_t v = 0; v < V; ++v) {
+        bool ok = true;
+        const T* w = in.weight + v * ws0;
+        for (index_t k = 0; k < H; ++k) ok &= finite_value(w[k * ws1]);
+        if (!ok) first_bad = std::min(first_bad, v);
+      }
+      if (first_bad < V) fail("weight", "row " + std::to_string(first_bad) + " has a non-finite value");
+    }
     if (in.bias)
       for (index_t v = 0; v < V; ++v)
         if (!finite_value(in.bias[v * in.bias_stride])) fail("bias", "entry " + std::to_string(v) + " is not finite");
