@@ -6,7 +6,9 @@ set -euo pipefail
 wanted=("$@")
 if [ ${#wanted[@]} -eq 0 ]; then
   wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev libtorch-dev python3-torch
-          python3-venv python3-pip)
+          python3-venv python3-pip
+          # reco::blas, the GEMMs of linear_logp_entropy: OpenBLAS, its OpenMP build (LibTorch's libgomp)
+          libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev)
 fi
 missing=()
 for p in "${wanted[@]}"; do

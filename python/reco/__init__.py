@@ -276,6 +276,7 @@ def _tensor_inputs(inputs: Dict[str, Optional[Tensor]]) -> List[Optional[Tensor]
 from . import batch, metrics  # noqa: E402
 from .batch import *  # noqa: E402,F401,F403
 from .metrics import *  # noqa: E402,F401,F403
+from .linear import LinearLogpEntropy, linear_logp_entropy  # noqa: E402,F401
 
 __all__ = batch.__all__ + metrics.__all__ + [
     "PolicyLoss", "batch", "library_path", "metrics", "override_keys", "plan_summary", "planned_policy_loss",

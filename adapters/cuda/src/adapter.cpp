@@ -229,6 +229,22 @@ int reco_cuda_logits_backward(const reco_cuda_logits_args* args, cudaStream_t st
   return guarded([&] { reco::cuda_adapter::logits_backward(*args, stream); });
 }
 
+int64_t reco_cuda_linear_workspace_bytes(const reco_cuda_linear_args* args) {
+  std::int64_t bytes = -1;
+  if (args == nullptr) return bad_argument("args", "is null"), -1;
+  return guarded([&] { bytes = reco::cuda_adapter::parts::linear_workspace_bytes(*args); }) == RECO_CUDA_OK ? bytes : -1;
+}
+
+int reco_cuda_linear_forward(const reco_cuda_linear_args* args, cudaStream_t stream) {
+  if (args == nullptr) return bad_argument("args", "is null");
+  return guarded([&] { reco::cuda_adapter::parts::linear_forward_device(*args, stream); });
+}
+
+int reco_cuda_linear_backward(const reco_cuda_linear_args* args, cudaStream_t stream) {
+  if (args == nullptr) return bad_argument("args", "is null");
+  return guarded([&] { reco::cuda_adapter::parts::linear_backward_device(*args, stream); });
+}
+
 int reco_cuda_check_overrides(const char* preset, const char* const* keys, const double* values, int64_t count) {
   if (preset == nullptr) return bad_argument("preset", "is null");
   return guarded([&] { reco::cuda_adapter::check_overrides(preset, overrides_of(keys, values, count)); });

@@ -29,6 +29,10 @@ inline constexpr int part_bounds[4] = {0, 6, 12, 21};
 // The validated logits op on the device, by dtype (logits.cu).
 void logits_forward_device(const reco_cuda_logits_args& args, cudaStream_t stream);
 void logits_backward_device(const reco_cuda_logits_args& args, cudaStream_t stream);
+// Logp and entropy from hidden states (linear.cu): the plan's workspace bytes, and the calls.
+std::int64_t linear_workspace_bytes(const reco_cuda_linear_args& args);
+void linear_forward_device(const reco_cuda_linear_args& args, cudaStream_t stream);
+void linear_backward_device(const reco_cuda_linear_args& args, cudaStream_t stream);
 
 }  // namespace parts
 }  // namespace cuda_adapter

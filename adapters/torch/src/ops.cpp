@@ -5,6 +5,7 @@
 //                                            rewards=rewards, group_offsets=groups,
 //                                            overrides={"clip.eps_high": 0.28})
 //   logp, entropy = torch.ops.reco.token_logp_entropy(logits, tokens, 0.7)
+//   logp, entropy = torch.ops.reco.linear_logp_entropy(hidden, lm_head.weight, tokens, None, 0.7)
 //
 // Given advantages (verl, TRL): advantages=[R] (or token_advantages= shaped like logp, one per
 // token: GAE's) instead of rewards=; the preset's estimator is replaced by them. A preset whose response weight reads G (reco, ...) also needs group_offsets,
@@ -27,6 +28,7 @@
 #include "reco/torch/policy_loss.hpp"
 #include "reco/torch/step_plan.hpp"
 #include "reco/torch/token_logp_entropy.hpp"
+#include "reco/torch/linear_logp_entropy.hpp"
 
 namespace {
 
@@ -149,6 +151,18 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logit
   return reco::torch::token_logp_entropy(logits, tokens, temperature, or_undefined(row_mask));
 }
 
+std::tuple<at::Tensor, at::Tensor> linear_logp_entropy_op(const at::Tensor& hidden, const at::Tensor& weight,
+                                                          const at::Tensor& tokens, const c10::optional<at::Tensor>& bias,
+                                                          double temperature, const c10::optional<at::Tensor>& row_mask,
+                                                          int64_t memory_budget, int64_t chunk_rows) {
+  if (memory_budget < 0) reco::detail::fail("memory_budget", "must be >= 0 (0: the default)");
+  reco::torch::linear_logp_options o;
+  o.temperature = temperature;
+  o.memory_budget = static_cast<std::size_t>(memory_budget);
+  o.chunk_rows = chunk_rows;
+  return reco::torch::linear_logp_entropy(hidden, weight, tokens, or_undefined(bias), or_undefined(row_mask), o);
+}
+
 std::vector<std::string> stat_names_op() { return reco::torch::stat_names(); }
 std::vector<std::string> presets_op() { return reco::torch::preset_names(); }
 std::vector<std::string> composition_slots_op() { return reco::torch::composition_slots(); }
@@ -192,6 +206,9 @@ TORCH_LIBRARY(reco, m) {
   m.def("token_logp_entropy(Tensor logits, Tensor tokens, float temperature=1.0, Tensor? row_mask=None) "
         "-> (Tensor, Tensor)",
         &token_logp_entropy_op);
+  m.def("linear_logp_entropy(Tensor hidden, Tensor weight, Tensor tokens, Tensor? bias=None, float temperature=1.0, "
+        "Tensor? row_mask=None, int memory_budget=0, int chunk_rows=0) -> (Tensor, Tensor)",
+        &linear_logp_entropy_op);
   m.def("stat_names() -> str[]", &stat_names_op);
   m.def("presets() -> str[]", &presets_op);
   m.def("composition_slots() -> str[]", &composition_slots_op);

@@ -226,6 +226,23 @@ struct row_sums {
   A max_x, s, u, w;
 };
 
+// The sums of two disjoint parts of one row (vocabulary blocks or shards), moved to the larger
+// of their maxima exactly as scan_row moves its running sums. A part that saw nothing has
+// max_x = lowest and s = u = w = 0 and leaves the other unchanged.
+template <class A>
+inline row_sums<A> merge_row_sums(const row_sums<A>& a, const row_sums<A>& b, A k) {
+  const A m = a.max_x > b.max_x ? a.max_x : b.max_x;
+  row_sums<A> out{m, 0, 0, 0};
+  for (const row_sums<A>* p : {&a, &b}) {
+    const A delta = clamp_exponent((p->max_x - m) * k);
+    const A c = exp2_acc(delta);
+    out.s += c * p->s;
+    out.u += c * (p->u + delta * p->s);
+    out.w += c * c * p->w;
+  }
+  return out;
+}
+
 template <class T, bool with_sum_sq>
 RECO_LOGITS_CPU_CLONES row_sums<accum_t<T>> scan_row(const T* x, index_t vocab, accum_t<T> k) {
   using A = accum_t<T>;

@@ -114,6 +114,52 @@ typedef struct reco_cuda_logits_args {
   int* error_flags; /* optional device int: bits of reco::logits::error_flag (bad token, all -inf row) */
 } reco_cuda_logits_args;
 
+/* Log-probability and entropy from hidden states [rows, hidden_size] and the lm_head weight
+ * [vocab, hidden_size] (+ bias [vocab]) without the [rows, vocab] logits: chunks of tokens, a
+ * cuBLAS GEMM each (docs/logits.md, "From hidden states"). h[r, k] = hidden[r * hidden_stride_row +
+ * k * hidden_stride_col] (row stride 0: hidden_size); the weight row- or column-major (one stride 1).
+ * Per-row values are float (double for float64). dweight and dbias are float (double) buffers that
+ * the backward adds to; dhidden has the inputs' dtype and is written. workspace: device memory of
+ * at least reco_cuda_linear_workspace_bytes(args) bytes (from memory_budget, 0: 256 MiB, or
+ * chunk_rows > 0). cublas_handle: a cublasHandle_t, or NULL for one per thread made on first use. */
+typedef struct reco_cuda_linear_args {
+  reco_cuda_dtype dtype; /* of hidden, weight, bias and dhidden */
+  const void* hidden;
+  int64_t rows, hidden_size, hidden_stride_row, hidden_stride_col;
+  const void* weight;
+  int64_t vocab, weight_stride_row, weight_stride_col;
+  const void* bias; /* NULL: none */
+  int64_t bias_stride;
+  const int64_t* tokens;
+  const uint8_t* row_mask;
+  double temperature;
+  int64_t memory_budget, chunk_rows;
+  /* forward outputs (NULL: not computed) */
+  void* logp;
+  void* entropy;
+  void* lse;
+  void* sum_p_squared;
+  /* backward */
+  const void* grad_logp;
+  const void* grad_entropy;
+  const void* saved_lse;
+  const void* saved_entropy;
+  void* dhidden;
+  int64_t dhidden_stride;
+  void* dweight;
+  int64_t dweight_stride;
+  void* dbias;
+  void* workspace;
+  int64_t workspace_bytes;
+  void* cublas_handle;
+  int* error_flags;
+} reco_cuda_linear_args;
+
+/* Bytes of device workspace the call needs (-1 on an argument error: reco_cuda_last_error). */
+int64_t reco_cuda_linear_workspace_bytes(const reco_cuda_linear_args* args);
+int reco_cuda_linear_forward(const reco_cuda_linear_args* args, cudaStream_t stream);
+int reco_cuda_linear_backward(const reco_cuda_linear_args* args, cudaStream_t stream);
+
 typedef struct reco_cuda_context reco_cuda_context;
 
 /* A context owns the reusable workspace (grown to the largest call, then reused: no allocation

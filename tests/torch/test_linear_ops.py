@@ -1,0 +1,97 @@
+"""reco.linear_logp_entropy and reco.LinearLogpEntropy (python/reco/linear.py) against eager
+torch (F.linear, log_softmax, gather, entropy, autograd) in float64 and float32, a padded batch with
+a mask, a transposed weight, and argument errors.
+
+Usage: python3 test_linear_ops.py <path to libreco_torch_ops.so>   (ctest passes it): the package
+sources of this checkout are staged in a temporary folder beside a link to that library.
+"""
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+import torch
+
+if len(sys.argv) > 1 and sys.argv[1].endswith(".so"):
+    _stage = tempfile.mkdtemp(prefix="reco-linear-")
+    atexit.register(shutil.rmtree, _stage, True)
+    _src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "reco")
+    os.makedirs(os.path.join(_stage, "reco"))
+    for _f in os.listdir(_src):
+        if _f.endswith(".py"):
+            os.symlink(os.path.abspath(os.path.join(_src, _f)), os.path.join(_stage, "reco", _f))
+    os.symlink(os.path.abspath(sys.argv[1]), os.path.join(_stage, "reco", "libreco_torch_ops.so"))
+    sys.path.insert(0, _stage)
+    sys.argv = sys.argv[:1] + sys.argv[2:]
+
+import reco  # noqa: E402
+
+
+def eager(hidden, weight, bias, tokens, tau):
+    lp = torch.log_softmax(torch.nn.functional.linear(hidden, weight, bias) / tau, -1)
+    return lp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), -(lp.exp() * lp).sum(-1)
+
+
+class LinearLogpEntropyTest(unittest.TestCase):
+    def check(self, dtype, tol):
+        torch.manual_seed(0)
+        head = torch.nn.Linear(7, 23, bias=True).to(dtype)
+        hidden = torch.randn(3, 5, 7, dtype=dtype, requires_grad=True)
+        tokens = torch.randint(23, (3, 5))
+        mask = torch.ones(3, 5, dtype=torch.bool)
+        mask[1, 3:] = False
+        g, gh = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+
+        module = reco.LinearLogpEntropy(head, temperature=0.7)
+        logp, ent = module(hidden, tokens, row_mask=mask)
+        ((logp.double() * g).sum() + (ent.double() * gh).sum()).backward()
+        got = (logp.detach(), ent.detach(), hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone())
+
+        hidden.grad = None
+        head.zero_grad()
+        e_lp, e_ent = eager(hidden, head.weight, head.bias, tokens, 0.7)
+        m = mask.to(torch.float64)
+        ((e_lp.double() * g * m).sum() + (e_ent.double() * gh * m).sum()).backward()
+        want = (e_lp.detach() * mask, e_ent.detach() * mask, hidden.grad, head.weight.grad, head.bias.grad)
+        for name, a, b in zip(("logp", "entropy", "dhidden", "dweight", "dbias"), got, want):
+            self.assertTrue(torch.allclose(a.double(), b.double(), rtol=tol, atol=tol), (name, (a.double() - b.double()).abs().max()))
+        self.assertEqual(float(logp[1, 4]), 0.0)  # masked: zero
+
+    def test_float64(self):
+        self.check(torch.float64, 1e-11)
+
+    def test_float32(self):
+        self.check(torch.float32, 2e-5)
+
+    def test_transposed_weight_and_chunks(self):
+        torch.manual_seed(1)
+        wt = torch.randn(6, 40, dtype=torch.float64)  # weight = wt.T, column-major
+        hidden = torch.randn(9, 6, dtype=torch.float64)
+        tokens = torch.randint(40, (9,))
+        lp0, en0 = reco.linear_logp_entropy(hidden, wt.t().contiguous(), tokens)
+        for chunk in (1, 4, 9):
+            lp, en = reco.linear_logp_entropy(hidden, wt.t(), tokens, chunk_rows=chunk)
+            self.assertTrue(torch.allclose(lp, lp0, rtol=1e-13, atol=1e-13))
+            self.assertTrue(torch.allclose(en, en0, rtol=1e-13, atol=1e-13))
+        e_lp, e_en = eager(hidden, wt.t(), None, tokens, 1.0)
+        self.assertTrue(torch.allclose(lp0, e_lp, rtol=1e-12, atol=1e-12))
+
+    def test_errors(self):
+        h, w, t = torch.randn(4, 3), torch.randn(5, 3), torch.randint(5, (4,))
+        cases = {
+            "weight": lambda: reco.linear_logp_entropy(h, w.double(), t),
+            "tokens": lambda: reco.linear_logp_entropy(h, w, t + 5),
+            "bias": lambda: reco.linear_logp_entropy(h, w, t, torch.randn(4)),
+            "memory_budget": lambda: reco.linear_logp_entropy(h, w, t, memory_budget=8),
+        }
+        for arg, f in cases.items():
+            with self.assertRaisesRegex(ValueError, "reco: " + arg + ":"):
+                f()
+        with self.assertRaises(TypeError):
+            reco.LinearLogpEntropy(torch.nn.Conv1d(1, 1, 1))
+
+
+if __name__ == "__main__":
+    unittest.main()
