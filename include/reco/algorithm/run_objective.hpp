@@ -119,7 +119,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
         be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
         require_planned_kept(*plan, r.kept, R, "the log-probabilities or advantages ranked by covariance");
       } else {
-        covariance_select(obj, b, r, sc.kept);
+        covariance_select(be, obj, b, r, sc.kept);
       }
       if (obj.select.params.mode == covariance_mode::clip) {
         // The selected tokens leave the policy term; the denominator keeps every valid token.
