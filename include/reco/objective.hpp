@@ -219,6 +219,9 @@ class objective {
     static_assert(check_backend<Backend>(), "reco::objective: the backend must provide reco/backend/concept.hpp");
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "reco::objective: per-token values must be float or double");
+    static_assert(!is_covariance_selection_v<selector_type> || detail::runs_host_selections_v<Backend>,
+                  "reco::objective: covariance_selection (clip_cov / kl_cov) selects in host memory: it runs on "
+                  "host-accessible backends (reco::cpu)");
     validate();
     const objective_needs n = needs();
     detail::validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-#include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/step_slice.hpp"
 #include "reco/algorithm/run_objective.hpp"
 #include "reco/backend/concept.hpp"
 #include "reco/batch.hpp"
@@ -33,8 +33,8 @@ struct planned_call<step_plan> {
     obj.check_call(backend, batch, grads, normalisers{});
     require(plan_fingerprint(obj, part.step, sizeof(T)) == plan.fingerprint(), "plan",
             "was built for another step, objective or value type than this call");
-    const plan_call pc = plan.call_for(part.first_response, batch.layout.responses);
-    return objective_algorithm<Backend, Obj>::run(obj.prepared(), backend, batch, grads, ws, normalisers{}, &pc);
+    const step_slice slice = plan.call_for(part.first_response, batch.layout.responses);
+    return objective_algorithm<Backend, Obj>::run(obj.prepared(), backend, batch, grads, ws, normalisers{}, &slice);
   }
 };
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "reco/algorithm/partials.hpp"
-#include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/step_slice.hpp"
 #include "reco/config.hpp"
 #include "reco/detail/radix_keys.hpp"
 #include "reco/select/top_entropy.hpp"
@@ -136,12 +136,12 @@ class step_plan {
   }
 
   // The slice of the plan a call of `responses` responses starting at `first` reads.
-  detail::plan_call call_for(index_t first, index_t responses) const {
+  detail::step_slice call_for(index_t first, index_t responses) const {
     detail::require(complete(), "plan", "is not complete: run its rounds (plan_round / advance) first");
     detail::require(first >= 0 && responses >= 0 && first + responses <= step_.responses, "plan",
                     "part [" + std::to_string(first) + ", " + std::to_string(first + responses) +
                         ") lies outside the step's " + std::to_string(step_.responses) + " responses");
-    detail::plan_call c;
+    detail::step_slice c;
     c.advantage = adv_.data() + first;
     c.weight = weight_.data() + first;
     c.capped = capped_.data() + first;
