@@ -82,7 +82,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   constexpr bool covariance = is_covariance_selection_v<typename Obj::selector_type>;
   if (covariance) refuse_token_source(tokens);
   const objective_needs needs = obj.needs();
-  validate_inputs(batch, needs.rewards, needs.advantages, needs.ref_logp, needs.entropy, needs.response_weights);
+  validate_inputs(batch, needs);
   validate_offsets_host(batch);
   validate_rollout_logp(batch, weight_reads_rollout_logp(obj.weight), true);
   validate_token_advantages(batch, true);
@@ -143,7 +143,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       token_scan t;
       covariance_sums cs;  // a covariance selection's sums: they count the valid tokens in the same read
-      if constexpr (covariance) cs = response_covariance_sums(b, i);
+      if constexpr (covariance) cs = host_covariance_sums(b, i);
       if (tokens) {
         t.n = sums.valid[static_cast<std::size_t>(i)];
         if (reads.old_mean) t.old_sum = sums.old_sum[static_cast<std::size_t>(i)];
