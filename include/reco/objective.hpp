@@ -33,7 +33,6 @@
 #include "reco/select/all_tokens.hpp"
 #include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
-#include "reco/step_plan.hpp"
 #include "reco/validate.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -62,9 +61,30 @@ void prepare_component(C& c) {
   if constexpr (has_prepare<C>::value) c.prepare();
 }
 
+// The result of a stream-ordered call, copied to the host; throws reco::error for its status.
+template <class Backend>
+objective_result wait_for_result(const Backend& backend, const objective_result* r) {
+  objective_result out;
+  backend.copy_to_host(&out, r, 1);
+  backend.synchronize();
+  throw_if_error(out.status);
+  return out;
+}
+
 template <template <class> class Is, class... Options>
 inline constexpr int count_options = (0 + ... + (Is<Options>::value ? 1 : 0));
 
+}  // namespace detail
+
+// A split step's plan and a part of it (reco/step_plan.hpp); a call with them forwards to
+// detail::planned_call (reco/step_plan/call.hpp), so that this header needs none of the plan's.
+class step_plan;
+struct step_part;
+namespace detail {
+template <class Plan>
+struct planned_call;
+template <class Plan>
+using if_step_plan = std::enable_if_t<std::is_same_v<Plan, step_plan>, int>;
 }  // namespace detail
 
 template <class Advantage, class Ratio, class Clip, class Weight, class Aggregate, class... Options>
@@ -190,6 +210,25 @@ class objective {
     detail::validate_component(entropy, "entropy");
   }
 
+  // The checks every call makes before it runs (both run overloads): the parameters, the batch's
+  // sizes and required inputs, and on host-accessible backends its offsets; throws reco::error
+  // naming the argument.
+  template <class Backend, class T>
+  void check_call(const Backend&, const batch_view<T>& batch, const gradients<T>& grads,
+                  const normalisers& norm) const {
+    static_assert(check_backend<Backend>(), "reco::objective: the backend must provide reco/backend/concept.hpp");
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "reco::objective: per-token values must be float or double");
+    static_assert(!is_covariance_selection_v<selector_type> || detail::runs_host_selections_v<Backend>,
+                  "reco::objective: covariance_selection (clip_cov / kl_cov) selects in host memory: it runs on "
+                  "host-accessible backends (reco::cpu)");
+    validate();
+    detail::validate_batch(batch, grads, norm, needs());
+    if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
+    detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
+    detail::validate_token_advantages(batch, Backend::host_accessible);
+  }
+
   // Stream-ordered call: returns a pointer to the result in the backend's memory (device memory
   // for reco::cuda; valid until the workspace's next use). Structural errors (sizes, missing
   // inputs, parameters) throw at once; errors found in the data are reported in result->status
@@ -197,16 +236,7 @@ class objective {
   template <class Backend, class T>
   const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
                               workspace<Backend>& ws, const normalisers& norm = {}) const {
-    static_assert(check_backend<Backend>(), "reco::objective: the backend must provide reco/backend/concept.hpp");
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "reco::objective: per-token values must be float or double");
-    validate();
-    const objective_needs n = needs();
-    detail::validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
-                           n.entropy_gradient);
-    if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
-    detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
-    detail::validate_token_advantages(batch, Backend::host_accessible);
+    check_call(backend, batch, grads, norm);
     return objective_algorithm<Backend, objective>::run(prepared(), backend, batch, grads, ws, norm);
   }
 
@@ -214,51 +244,24 @@ class objective {
   template <class Backend, class T>
   objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
                               workspace<Backend>& ws, const normalisers& norm = {}) const {
-    const objective_result* r = run(backend, batch, grads, ws, norm);
-    objective_result out;
-    backend.copy_to_host(&out, r, 1);
-    backend.synchronize();
-    throw_if_error(out.status);
-    return out;
+    return detail::wait_for_result(backend, run(backend, batch, grads, ws, norm));
   }
 
-  // A call of a split step (reco/step_plan.hpp): this part's share of the step's loss and
-  // gradient under the step's plan. The parts' results add up to one call on the whole step.
-  // Host-accessible backends (reco::cpu) and reco::cuda_fused take it; on the device the plan's
-  // slice is copied with the call, and data errors come back in the result's status.
-  template <class Backend, class T>
+  // A call of a split step: this part's share of the step's loss and gradient under the step's
+  // plan (reco/step_plan/call.hpp, where it is defined).
+  template <class Backend, class T, class Plan, detail::if_step_plan<Plan> = 0>
   const objective_result* run(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
-                              workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
-    static_assert(detail::takes_step_plans_v<Backend>,
-                  "reco::objective: calls with a step plan run on reco::cpu or reco::cuda_fused");
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "reco::objective: per-token values must be float or double");
-    validate();
-    const objective_needs n = needs();
-    detail::validate_batch(batch, grads, normalisers{}, n.rewards, n.advantages, n.ref_logp, n.entropy,
-                           n.response_weights, n.entropy_gradient);
-    if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
-    detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
-    detail::validate_token_advantages(batch, Backend::host_accessible);
-    detail::require(detail::plan_fingerprint(*this, part.step, sizeof(T)) == plan.fingerprint(), "plan",
-                    "was built for another step, objective or value type than this call");
-    const detail::plan_call pc = plan.call_for(part.first_response, batch.layout.responses);
-    return objective_algorithm<Backend, objective>::run(prepared(), backend, batch, grads, ws, normalisers{}, &pc);
+                              workspace<Backend>& ws, const Plan& plan, const step_part& part) const {
+    return detail::planned_call<Plan>::run(*this, backend, batch, grads, ws, plan, part);
   }
-
-  template <class Backend, class T>
+  template <class Backend, class T, class Plan, detail::if_step_plan<Plan> = 0>
   objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
-                              workspace<Backend>& ws, const step_plan& plan, const step_part& part) const {
-    const objective_result* r = run(backend, batch, grads, ws, plan, part);
-    objective_result out;
-    backend.copy_to_host(&out, r, 1);
-    backend.synchronize();
-    throw_if_error(out.status);
-    return out;
+                              workspace<Backend>& ws, const Plan& plan, const step_part& part) const {
+    return detail::wait_for_result(backend, run(backend, batch, grads, ws, plan, part));
   }
-  template <class Backend, class T>
+  template <class Backend, class T, class Plan, detail::if_step_plan<Plan> = 0>
   objective_result operator()(const Backend& backend, const batch_view<T>& batch, gradients<T> grads,
-                              const step_plan& plan, const step_part& part) const {
+                              const Plan& plan, const step_part& part) const {
     workspace<Backend> ws;
     return (*this)(backend, batch, grads, ws, plan, part);
   }

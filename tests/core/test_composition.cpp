@@ -81,14 +81,14 @@ void expect_same_as_fixed(const Fixed& fixed, const Composed& composed, const st
   }
 }
 
-// A call's plan (reco/algorithm/objective_plan.hpp) is derived from the object: a composition
+// A call's stages (reco/algorithm/call_stages.hpp) is derived from the object: a composition
 // plans the stages, checks and needs of its fixed twin.
 template <class Fixed, class Composed>
 void expect_same_plan(const Fixed& fixed, const Composed& composed, const std::string& name) {
   SCOPED_TRACE(name + " plan");
   for (bool token_advantages : {false, true}) {
-    const reco::detail::objective_plan a = reco::detail::plan_of(fixed, true, token_advantages);
-    const reco::detail::objective_plan b = reco::detail::plan_of(composed, true, token_advantages);
+    const reco::detail::call_stages a = reco::detail::call_stages_of(fixed, true, token_advantages);
+    const reco::detail::call_stages b = reco::detail::call_stages_of(composed, true, token_advantages);
     const reco::objective_stages &x = a.stages, &y = b.stages;
     EXPECT_EQ(x.finalize, y.finalize);
     EXPECT_EQ(x.old_mean, y.old_mean);

@@ -50,14 +50,13 @@ struct emulation_result {
 template <class Obj, class T>
 emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco::gradients<T> grads,
                          const reco::normalisers& norm = {}, const emulation_options& opt = {},
-                         const reco::detail::plan_call* step_plan = nullptr) {
+                         const reco::detail::step_slice* step_plan = nullptr) {
   using namespace reco::detail;
   // What objective::run checks before the algorithm (not the host offsets check: the device
   // path must find malformed offsets itself).
   obj.validate();
   const reco::objective_needs n = obj.needs();
-  validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
-                 n.entropy_gradient);
+  validate_batch(batch, grads, norm, n);
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
   fused::check_coverage(b.layout, N, P);
@@ -77,9 +76,9 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   carver cut(buffer.get());
   sc.carve(cut, sh, p);
   const reco::cpu be{};
-  plan_call on_device;
+  step_slice on_device;
   if (step_plan) on_device = sc.plan_slice.fill(be, *step_plan, R);
-  const plan_call* planned = step_plan ? &on_device : nullptr;
+  const step_slice* planned = step_plan ? &on_device : nullptr;
   const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1, planned);
 
   // Kernel A: blocks over groups, responses of a group, then the last block.

@@ -443,7 +443,7 @@ reco::step_plan compare_planned(const Obj& obj, const master_batch& m, const std
     const reco::objective_result generic =
         obj(reco::cpu{}, sp.views[p], reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws,
             plan, sp.parts[p]);
-    const reco::detail::plan_call call = plan.call_for(sp.parts[p].first_response, sp.views[p].layout.responses);
+    const reco::detail::step_slice call = plan.call_for(sp.parts[p].first_response, sp.views[p].layout.responses);
     const auto fusedr = fused_test::emulate(
         obj, sp.views[p], reco::gradients<T>{g_fus, eg ? reco::span<T>(gh_fus) : reco::span<T>()}, {}, opt, &call);
     EXPECT_EQ(fusedr.plan.finalize_grid, 0) << "a planned call runs no batch stage";
@@ -484,7 +484,7 @@ void check_planned(const Obj& obj, const std::string& name) {
   const reco::step_plan plan =
       compare_planned<Obj, double>(obj, m, {m.R / 4, m.R / 2, (3 * m.R) / 4}, 1.0, {}, name + " tied entropies");
   if (name.rfind("rule_80_20", 0) == 0) {  // this batch's cut keeps some of one response's ties
-    const reco::detail::plan_call c = plan.call_for(0, m.R);
+    const reco::detail::step_slice c = plan.call_for(0, m.R);
     index_t partial = 0;
     for (index_t i = 0; i < m.R; ++i) partial += c.ties[i] > 0 ? 1 : 0;
     EXPECT_EQ(partial, 1) << name << ": the tied batch should leave one response with part of its ties";
@@ -539,7 +539,7 @@ TEST(FusedEmulation, PlannedCallOnOtherDataIsFlagged) {
   const reco::presets::rule_80_20 obj;
   reco_test::split_step<double> sp(m, {m.R / 2}, reco::step_info{3, m.R, 1.0, 0});
   const reco::step_plan plan = reco::plan_step(obj, sp.step, sp.views, sp.parts);
-  const reco::detail::plan_call call = plan.call_for(0, sp.views[0].layout.responses);
+  const reco::detail::step_slice call = plan.call_for(0, sp.views[0].layout.responses);
   const auto n = sp.subs[0].logp.size();
   std::vector<double> g(n);
   // Another mask: a valid-token count differs.

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "reco/algorithm/objective_plan.hpp"
+#include "reco/algorithm/call_stages.hpp"
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/token_body.hpp"
 #include "reco/advantage/common.hpp"

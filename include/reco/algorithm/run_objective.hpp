@@ -3,6 +3,11 @@
 // then one per-token pass that writes the gradient and reduces the loss and diagnostics.
 // Everything stays in the backend's memory and is stream-ordered on CUDA.
 //
+// A call of a split step (a step_slice of the step's plan) differs in three stages, each one
+// function below with its own call and its planned form: the per-response values (the call's own
+// group and batch stages, or the step's), the kept flags of a selection (the call's own cut, or
+// the step's), and the counts and scale the coefficients take.
+//
 // Fast paths specialise objective_algorithm<Backend, Objective> (the seam the fused CUDA
 // kernels use); the generic version below stays the in-process reference for them.
 #pragma once
@@ -10,13 +15,14 @@
 #include <cstdint>
 #include <string>
 
+#include "reco/algorithm/call_stages.hpp"
 #include "reco/algorithm/covariance_tokens.hpp"
-#include "reco/algorithm/objective_plan.hpp"
 #include "reco/algorithm/partials.hpp"
-#include "reco/algorithm/plan_call.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/select_tokens.hpp"
+#include "reco/algorithm/step_slice.hpp"
 #include "reco/algorithm/token_pass.hpp"
+#include "reco/backend/concept.hpp"
 #include "reco/workspace.hpp"
 #include "reco/advantage/common.hpp"
 #include "reco/batch.hpp"
@@ -25,6 +31,79 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
+// The stages after the per-response scan that give each response its advantage and weight: the
+// group pass, the batch statistics and the finalize pass over this call's responses.
+template <class Objective, class Backend, class T>
+void own_response_values(const Objective& obj, const Backend& be, const batch_pointers<T>& b, response_scratch& r,
+                         objective_scratch& sc, const objective_stages& st, bool reads_rewards) {
+  objective_scalars* s = sc.scalars;
+  const index_t R = b.layout.responses;
+  be.for_each(b.groups, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
+  be.reduce(b.groups, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
+  be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+  be.for_each(1, batch_stats_fn<Objective>{s, obj});
+  if constexpr (Backend::host_accessible) {
+    if (s->status) throw_data_error(b, s->status);
+  }
+  if (st.finalize) be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+}
+
+// The same values taken from the step's plan (computed over the whole step), after checking that
+// this call's valid-token counts are those the plan's summaries saw. Host memory.
+template <class Backend, class T>
+void planned_response_values(const Backend& be, const step_slice& plan, const batch_pointers<T>& b,
+                             response_scratch& r, objective_scalars* s, bool reads_rewards) {
+  const index_t R = b.layout.responses;
+  for (index_t i = 0; i < R; ++i) {
+    if (r.length[i] != plan.length[i])
+      fail("plan", "does not match this call's data: response " + std::to_string(i) + " has " +
+                       std::to_string(r.length[i]) + " valid tokens, the plan counted " + std::to_string(plan.length[i]) +
+                       " (a plan from another step or part?)");
+    // Advantages given per token are this call's own (the estimator is the identity).
+    take_planned_response(plan, r, i, b.advantages || reads_rewards);
+  }
+  be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
+  s->status = s->batch.status;
+  if (s->status) throw_data_error(b, s->status);
+}
+
+// Clip-Cov / KL-Cov's kept flags in sc.kept (host memory): this call's own selection, or the
+// step's (its means and cut; the values of this call's tokens are those the plan ranked).
+template <class Objective, class Backend, class T>
+void covariance_kept(const Objective& obj, const Backend& be, const batch_pointers<T>& b, response_scratch& r,
+                     objective_scratch& sc, const step_slice* plan) {
+  const index_t R = b.layout.responses;
+  if (plan == nullptr) {
+    covariance_select(be, obj, b, r, sc.kept);
+  } else {
+    covariance_means m;
+    m.adv = plan->covariance_adv;
+    m.logp = plan->covariance_logp;
+    covariance_buffers& buf = thread_covariance_buffers();
+    buf.size_for(b.layout.tokens);
+    covariance_values(obj, b, r.adv, m, plan->first, buf.value.data(), buf.in.data());
+    be.for_each(R, planned_kept_fn<double>{{b.layout, buf.value.data(), buf.in.data(), *plan, sc.kept}});
+    be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+    require_planned_kept(*plan, r.kept, R, "the log-probabilities or advantages ranked by covariance");
+  }
+}
+
+// An 80/20 selection's kept flags in sc.kept and counts in r.kept: this call's own cut, or the
+// step's (the entropies must then keep what the plan counted; checked on the host).
+template <class Objective, class Backend, class T>
+void entropy_kept(const Objective& obj, const Backend& be, const batch_pointers<T>& b, response_scratch& r,
+                  objective_scratch& sc, const step_slice* plan) {
+  const index_t R = b.layout.responses;
+  if (plan == nullptr)
+    select_tokens(be, b.entropy, b.mask, b.layout.tokens, term_of(obj.select).params, sc.scalars, sc.keys,
+                  sc.tie_rank, sc.kept);
+  else
+    be.for_each(R, planned_kept_fn<T>{{b.layout, b.entropy, b.mask, *plan, sc.kept}});
+  be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+  if constexpr (Backend::host_accessible) {
+    if (plan != nullptr) require_planned_kept(*plan, r.kept, R, "the entropies");
+  }
+}
 
 }  // namespace detail
 
@@ -33,7 +112,7 @@ struct objective_algorithm {
   template <class T>
   static const objective_result* run(const Objective& obj, const Backend& backend, const batch_view<T>& batch,
                                      gradients<T> grads, workspace<Backend>& ws, const normalisers& norm,
-                                     const detail::plan_call* plan = nullptr);
+                                     const detail::step_slice* plan = nullptr);
 };
 
 // Defined outside the class so that it is not implicitly inline: an `extern template` of it
@@ -43,15 +122,15 @@ template <class T>
 const objective_result* objective_algorithm<Backend, Objective>::run(const Objective& obj, const Backend& backend,
                                                                      const batch_view<T>& batch, gradients<T> grads,
                                                                      workspace<Backend>& ws, const normalisers& norm,
-                                                                     const detail::plan_call* plan) {
+                                                                     const detail::step_slice* plan) {
   using namespace detail;
   const index_t tokens = batch.logp.size();
   const Backend be = ws.bind(backend).for_work(tokens);
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
 
-  // What this call reads, checks and runs, and its scratch: derived once (objective_plan.hpp).
-  const objective_plan pl = plan_of(obj, b.advantages != nullptr, b.token_advantages != nullptr);
+  // What this call reads, checks and runs, and its scratch: derived once (call_stages.hpp).
+  const call_stages pl = call_stages_of(obj, b.advantages != nullptr, b.token_advantages != nullptr);
   const objective_stages& st = pl.stages;
   objective_scratch sc;
   // The aggregation coefficients per response (the fused CUDA path folds them into its kernels).
@@ -67,82 +146,38 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   objective_scalars* s = sc.scalars;
   response_scratch r = sc.r;
   const bool reads_rewards = pl.reads_rewards;
-  const input_checks checks = pl.checks;
 
   be.for_each(1, init_scalars_fn{s});
-  be.for_each(R, scan_response_fn<T>{b, checks, r});
+  be.for_each(R, scan_response_fn<T>{b, pl.checks, r});
   // Advantages given per token, or not given because the batch has no token.
   if (!reads_rewards && !b.advantages) be.for_each(R, token_advantage_moments_fn<T>{b, r});
-  if (plan != nullptr) {
-    // A call of a split step: advantages and weights were computed over the whole step.
-    if constexpr (Backend::host_accessible) {
-      for (index_t i = 0; i < R; ++i) {
-        if (r.length[i] != plan->length[i])
-          fail("plan", "does not match this call's data: response " + std::to_string(i) + " has " +
-                           std::to_string(r.length[i]) + " valid tokens, the plan counted " +
-                           std::to_string(plan->length[i]) + " (a plan from another step or part?)");
-        // Advantages given per token are this call's own (the estimator is the identity).
-        take_planned_response(*plan, r, i, b.advantages || reads_rewards);
-      }
-      be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
-      s->status = s->batch.status;
-      if (s->status) throw_data_error(b, s->status);
-    }
+  // A step plan is a host object: only host-accessible backends read it here (reco::cuda_fused
+  // specialises this algorithm and copies its slice; objective::run refuses the other backends).
+  const step_slice* const planned = Backend::host_accessible ? plan : nullptr;
+  if (planned != nullptr) {
+    if constexpr (Backend::host_accessible) planned_response_values(be, *planned, b, r, s, reads_rewards);
   } else {
-    be.for_each(P, group_fn<Objective, T>{obj, b, r, sc.group_status, sc.group_zero_std});
-    be.reduce(P, group_partial_fn{sc.group_status, sc.group_zero_std}, merge_fn<group_partial>{}, &s->groups);
-    be.reduce(R, batch_partial_fn<T>{b, r, reads_rewards}, merge_fn<batch_partial>{}, &s->batch);
-    be.for_each(1, batch_stats_fn<Objective>{s, obj});
-    if constexpr (Backend::host_accessible) {
-      if (s->status) throw_data_error(b, s->status);
-    }
-
-    if (st.finalize) be.for_each(R, finalize_response_fn<Objective>{obj, r, s});
+    own_response_values(obj, be, b, r, sc, st, reads_rewards);
   }
 
   const std::uint8_t* kept = nullptr;
   constexpr bool covariance = is_covariance_selection_v<typename Objective::selector_type>;
   if constexpr (covariance) {
-    // Clip-Cov / KL-Cov: selected on the host over this call's tokens, or over the step's.
-    if constexpr (!Backend::host_accessible) {
-      fail("select", "covariance_selection (clip_cov / kl_cov) runs on the CPU backend only");
+    static_assert(runs_host_selections_v<Backend>,
+                  "reco::objective: covariance_selection (clip_cov / kl_cov) selects in host memory: it runs on "
+                  "host-accessible backends (reco::cpu)");
+    covariance_kept(obj, be, b, r, sc, planned);
+    if (obj.select.params.mode == covariance_mode::clip) {
+      // The selected tokens leave the policy term; the denominator keeps every valid token.
+      for (index_t t = 0; t < N; ++t) sc.kept[t] = b.valid(t) && sc.kept[t] == 0 ? 1 : 0;
+      be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
+      kept = sc.kept;
     } else {
-      if (plan != nullptr) {
-        // The step's means and cut; the values of this call's tokens are those the plan ranked.
-        covariance_means m;
-        m.adv = plan->covariance_adv;
-        m.logp = plan->covariance_logp;
-        covariance_buffers& buf = thread_covariance_buffers();
-        buf.size_for(N);
-        covariance_values(obj, b, r.adv, m, plan->first, buf.value.data(), buf.in.data());
-        be.for_each(R, planned_kept_fn<double>{{b.layout, buf.value.data(), buf.in.data(), *plan, sc.kept}});
-        be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-        require_planned_kept(*plan, r.kept, R, "the log-probabilities or advantages ranked by covariance");
-      } else {
-        covariance_select(obj, b, r, sc.kept);
-      }
-      if (obj.select.params.mode == covariance_mode::clip) {
-        // The selected tokens leave the policy term; the denominator keeps every valid token.
-        for (index_t t = 0; t < N; ++t) sc.kept[t] = b.valid(t) && sc.kept[t] == 0 ? 1 : 0;
-        be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-        kept = sc.kept;
-      } else {
-        r.kept = r.length;
-      }
+      r.kept = r.length;
     }
   } else if constexpr (Objective::selector_type::active) {
     if (st.selection) {
-      if (plan != nullptr) {
-        be.for_each(R, planned_kept_fn<T>{{b.layout, b.entropy, b.mask, *plan, sc.kept}});
-      } else {
-        select_tokens(be, b.entropy, b.mask, N, term_of(obj.select).params, s, sc.keys, sc.tie_rank, sc.kept);
-      }
-      be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
-      if constexpr (Backend::host_accessible) {
-        // The cut was placed with the entropies the plan saw; other entropies would keep
-        // another set than the one the step's counts were made for.
-        if (plan != nullptr) require_planned_kept(*plan, r.kept, R, "the entropies");
-      }
+      entropy_kept(obj, be, b, r, sc, planned);
       kept = sc.kept;
     }
   }
@@ -159,26 +194,15 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   const bool kept_denominator = pl.kept_denominator;
   be.for_each(1, counts_fn<Objective>{s, norm, b.layout, kept_denominator});
   if constexpr (Backend::host_accessible) throw_if_error(s->norm_status);  // before any gradient
-  if constexpr (Backend::host_accessible) {
-    if (plan != nullptr) {
-      s->valid = plan->valid;
-      s->policy = plan->policy;
-    }
-  }
+  take_step_counts(planned, s);  // a planned call normalises by the step's counts
   be.for_each(R, coefficients_fn<Objective>{obj, r, s, kept_denominator});
-  if constexpr (Backend::host_accessible) {
-    if (plan != nullptr && plan->scale != 1.0)
-      for (index_t i = 0; i < R; ++i) {
-        r.coef_valid[i] *= plan->scale;
-        r.coef_policy[i] *= plan->scale;
-      }
-  }
+  scale_coefficients(planned, r, R);
 
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
   be.reduce_tokens(b.layout,
                    token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
                    merge_fn<token_partial>{}, sc.tokens);
-  if constexpr (covariance && Backend::host_accessible) {
+  if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)
       covariance_penalty(obj, b, r, sc.kept, grads.logp.data(), *sc.tokens);
   }

@@ -93,6 +93,12 @@ struct takes_step_plans<B, std::void_t<decltype(B::takes_step_plans)>>
     : std::bool_constant<B::host_accessible || B::takes_step_plans> {};
 template <class B>
 inline constexpr bool takes_step_plans_v = takes_step_plans<B>::value;
+
+// Whether backend B runs the selections made in host memory (Clip-Cov / KL-Cov rank the call's
+// tokens on the host with its final advantages): host-accessible backends. A covariance
+// objective on another backend is refused at compile time (objective::check_call).
+template <class B>
+inline constexpr bool runs_host_selections_v = B::host_accessible;
 }  // namespace detail
 
 // Whether B provides every primitive above.

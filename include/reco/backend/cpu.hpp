@@ -22,6 +22,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 #endif
 
+#include "reco/backend/cpu/packed_covariance.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
 #include "reco/backend/cpu/packed_scan.hpp"
 #include "reco/backend/cpu/packed_tokens.hpp"

@@ -33,7 +33,7 @@ RECO_NAMESPACE_END
   ::reco::objective_algorithm<::reco::cpu, ::reco::presets::objective_base_t<::reco::presets::P>>::run<T>( \
       const ::reco::presets::objective_base_t<::reco::presets::P>&, const ::reco::cpu&,                \
       const ::reco::batch_view<T>&, ::reco::gradients<T>, ::reco::workspace<::reco::cpu>&,             \
-      const ::reco::normalisers&, const ::reco::detail::plan_call*);
+      const ::reco::normalisers&, const ::reco::detail::step_slice*);
 #define RECO_CPU_PRESET_INSTANCE_DECLARE(P)   \
   RECO_CPU_PRESET_INSTANCE(extern, P, float) \
   RECO_CPU_PRESET_INSTANCE(extern, P, double)

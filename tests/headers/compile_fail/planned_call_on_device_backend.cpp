@@ -8,6 +8,7 @@
 #include "reco/clip/ppo_clip.hpp"
 #include "reco/objective.hpp"
 #include "reco/ratio/token.hpp"
+#include "reco/step_plan.hpp"
 #include "reco/weight/uniform.hpp"
 
 int main() {

@@ -1,5 +1,5 @@
 // Split optimizer steps with LibTorch: one step's micro-batches on each data-parallel rank, with
-// the loss and gradient of the whole step (reco/step_plan.hpp explains the plan).
+// the loss and gradient of the whole step (docs/distributed.md explains the plan).
 //
 //   auto plan = reco::torch::build_step_plan(process_group, "reco", micro_batches, overrides, {step});
 //   for (std::size_t j = 0; j < micro_batches.size(); ++j) {

@@ -3,7 +3,7 @@
 // on the device is made on the host from host copies of what it reads).
 #pragma once
 
-#include "reco/algorithm/objective_plan.hpp"
+#include "reco/algorithm/call_stages.hpp"
 #include "reco/detail/slot_traits.hpp"
 #include "reco/step_plan.hpp"
 #include "reco/torch/detail/request.hpp"

@@ -1,0 +1,87 @@
+// The CPU backend's packed form of Clip-Cov / KL-Cov's per-response sums
+// (reco/algorithm/covariance_tokens.hpp: covariance_sums_fn, lane_sum_fn): the 8 lanes of each
+// sum run as 8 / W packs of W doubles, chunks of masked tokens skipped. The same bits as the
+// generic lanes (a lane's sum starts at +0, and adding a masked token's +0 changes no bit), so a
+// single call (through reco::cpu's for_each) and a step plan's summaries (host_covariance_sums)
+// agree whichever form each ran.
+#pragma once
+
+#include <cstdint>
+
+#include "reco/algorithm/covariance_tokens.hpp"
+#include "reco/backend/cpu/packed_pass.hpp"
+#include "reco/backend/cpu/simd.hpp"
+#include "reco/config.hpp"
+#include "reco/detail/token_chunks.hpp"
+
+RECO_NAMESPACE_BEGIN
+namespace detail {
+
+#if RECO_SIMD
+template <class T>
+struct lane_sum_pass {
+  // The whole blocks of 8 tokens of [t, e): acc[j] and count[j] of lane j; t moves past them.
+  template <int W>
+  static RECO_SIMD_INLINE void run(const T* const& x, const std::uint8_t* const& mask, index_t& t, const index_t& e,
+                                   double* const& acc, double* const& count) {
+    static_assert(sum_lanes % W == 0 && mask_chunk % sum_lanes == 0, "whole lanes in a pack, whole blocks in a chunk");
+    constexpr int packs = sum_lanes / W;
+    using P = simd::pack<W>;
+    P s[packs], c[packs];
+    if (mask) {
+      auto block = [&](index_t b) {
+        for (int p = 0; p < packs; ++p) {
+          const auto ok = simd::valid_lanes<W, true>(mask + b + p * W, W);
+          s[p] += simd::select(ok, simd::load<W>(x + b + p * W), P(0.0));  // read unmasked: no branch
+          c[p] += simd::select(ok, P(1.0), P(0.0));
+        }
+      };
+      // Chunks of masked tokens only (a padded row's tail) are skipped: a lane's sum starts at +0
+      // and so never is -0, and adding +0 to it changes no bit.
+      for (; t + mask_chunk <= e; t += mask_chunk) {
+        prefetch_chunk_ahead(x + t, mask + t);
+        if (chunk_masked(mask + t, mask_chunk)) continue;
+        for (index_t b = t; b < t + mask_chunk; b += sum_lanes) block(b);
+      }
+      for (; t + sum_lanes <= e; t += sum_lanes) block(t);
+    } else {
+      for (; t + sum_lanes <= e; t += sum_lanes)
+        for (int p = 0; p < packs; ++p) s[p] += simd::load<W>(x + t + p * W);
+    }
+    for (int p = 0; p < packs; ++p)
+      for (int k = 0; k < W; ++k) {
+        acc[p * W + k] = s[p][k];
+        count[p * W + k] = c[p][k];
+      }
+  }
+};
+// lane_sum_fn on packs.
+struct packed_lane_sum_fn {
+  template <class T>
+  double operator()(const T* x, const std::uint8_t* mask, index_t t0, index_t e, std::uint64_t* valid = nullptr) const {
+    double acc[sum_lanes] = {}, count[sum_lanes] = {};
+    index_t t = t0;
+    simd::run_widest<lane_sum_pass<T>>(x, mask, t, e, acc, count);
+    return lane_sum_finish(acc, count, x, mask, t, e, valid);
+  }
+};
+
+template <class T>
+struct packed_pass<covariance_sums_fn<T>> {
+  static constexpr bool available = true;
+  static void run(const covariance_sums_fn<T>& f, index_t i) { f.out[i] = response_covariance_sums(f.b, i, packed_lane_sum_fn{}); }
+};
+#endif
+
+// Response i's sums on the host (the step plan's summaries): on packs where the unit has them.
+template <class T>
+covariance_sums host_covariance_sums(const batch_pointers<T>& b, index_t i) {
+#if RECO_SIMD
+  return response_covariance_sums(b, i, packed_lane_sum_fn{});
+#else
+  return response_covariance_sums(b, i);
+#endif
+}
+
+}  // namespace detail
+RECO_NAMESPACE_END
