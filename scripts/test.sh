@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # All of reco's tests, from a fresh machine: installs what is missing, configures, builds and runs
-#   1. the main build: CPU backend, eval metrics, logits kernels, LibTorch adapter (Debian's
-#      LibTorch), the ablation smoke test, packaging and header checks; when nvcc is present the
-#      CUDA backend's tests and kernels are compiled (and run only where a GPU exists);
-#   0. a fresh virtual environment with PyPI's torch (2.15.0 and its CUDA wheels) and TRL's runtime
-#      (tests/python/requirements.txt); the main build's LibTorch adapter is built against the
-#      LibTorch inside that wheel (torch.utils.cmake_prefix_path) and its Python tests run with it;
+#   0. a virtual environment with PyPI's torch (2.15.0 and its CUDA wheels) and TRL's runtime
+#      (tests/python/requirements.txt; made once per set of pinned versions, in $RECO_VENV,
+#      default ~/.cache/reco-python-venv);
+#   1. the main build: CPU backend, eval metrics, logits kernels, LibTorch adapter (against the
+#      LibTorch inside that torch wheel, torch.utils.cmake_prefix_path; its Python op tests run
+#      with that torch), the ablation smoke test, packaging and header checks; when nvcc is
+#      present the CUDA backend's tests and kernels are compiled (and run only where a GPU exists);
 #   2. the Python package: `pip install --no-build-isolation .` into that environment (the CUDA
 #      ops compiled as a check where nvcc exists), then all its tests, a real TRL run among them;
 #   3. the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
@@ -22,6 +23,7 @@
 # the Python package's build, with the same flags, reuses the main build's units through ccache.
 #
 # Environment: RECO_JOBS (parallel jobs, default nproc), RECO_SKIP_PYTHON_PACKAGE=1 to skip step 2,
+# RECO_VENV (step 0's environment), RECO_FRESH_VENV=1 to make it anew,
 # RECO_SKIP_SANITIZERS=1 to skip step 3,
 # RECO_BUILD_DIR (default build), RECO_ASAN_BUILD_DIR (default build-asan), RECO_CUDA_ARCHS
 # (CMAKE_CUDA_ARCHITECTURES), RECO_NO_CCACHE=1 to compile without the cache.
@@ -60,16 +62,28 @@ end_stage "install packages"
 # whose loss code the tests call (verl, Liger Kernel, OpenRLHF) without their runtimes (ray, vLLM,
 # deepspeed, Triton kernels; the tests stand in for what their loss modules import) plus the two
 # small packages verl's loss module needs.
-mkdir -p "$build"
-venv="$(cd "$build" && pwd)/python-venv"  # absolute: the tests run from inside the build dir
+# Installing it (5.9 GB, most of it torch's CUDA libraries) takes 1.5 to 6 minutes on CI's 2 cores,
+# so it is made once per set of pinned versions and reused, like the compiler cache: a stamp
+# holds the hash of what was installed; another hash, or RECO_FRESH_VENV=1, makes it anew. The
+# package itself is installed anew on every run (step 2).
+peers=("verl==0.9.1" "liger-kernel==0.8.5" "openrlhf==0.11.2")
+extras=(omegaconf orjson)
+venv=${RECO_VENV:-$HOME/.cache/reco-python-venv}
+wanted_stamp=$( (cat tests/python/requirements.txt; echo "${peers[*]} ${extras[*]}"; /usr/bin/python3 --version) | sha256sum | cut -d' ' -f1)
 echo "== [0/3] Python environment: $venv (tests/python/requirements.txt) =="
-rm -rf "$venv"
-/usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps "verl==0.9.1" "liger-kernel==0.8.5" "openrlhf==0.11.2"
-"$venv/bin/pip" install -q --disable-pip-version-check omegaconf orjson
+if [ "${RECO_FRESH_VENV:-0}" = "1" ] || [ "$(cat "$venv/.reco-stamp" 2>/dev/null)" != "$wanted_stamp" ]; then
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${peers[@]}"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${extras[@]}"
+  echo "$wanted_stamp" > "$venv/.reco-stamp"
+else
+  echo "reused (same pinned versions; RECO_FRESH_VENV=1 to make it anew)"
+fi
+"$venv/bin/pip" uninstall -q -y reco 2>/dev/null || true
 torch_prefix=$("$venv/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
-echo "torch $("$venv/bin/python" -c "import torch; print(torch.__version__)") at $torch_prefix ($(du -sh "$venv" | cut -f1))"
+echo "torch $("$venv/bin/python" -c "import torch; print(torch.__version__)") at $torch_prefix"
 end_stage "python environment"
 
 generator=()
@@ -134,7 +148,7 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
     expect_cuda=1
   fi
   CMAKE_ARGS="$wheel_args" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
-    --config-settings=build-dir="$wheel_build" .
+    --no-deps --force-reinstall --config-settings=build-dir="$wheel_build" .
   root=$PWD
   ops=$(cd "$build" && "$venv/bin/python" -c "import reco; print(reco.library_path())")
   (cd "$build" && "$venv/bin/python" -c "import reco; print('reco.build_info():', reco.build_info())" &&
