@@ -61,5 +61,5 @@ configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/recoConfig.cmake
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/recoConfigVersion.cmake
   COMPATIBILITY SameMinorVersion ${_reco_arch_independent})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/recoConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/recoConfigVersion.cmake
-              ${CMAKE_CURRENT_SOURCE_DIR}/cmake/RecoCCCL.cmake
+              ${CMAKE_CURRENT_SOURCE_DIR}/cmake/RecoCCCL.cmake ${CMAKE_CURRENT_SOURCE_DIR}/cmake/RecoTorchLibraries.cmake
   DESTINATION ${_reco_cmake_dir})

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # All of reco's tests, from a fresh machine: installs what is missing, configures, builds and runs
-#   1. the main build: CPU backend, eval metrics, logits kernels, LibTorch adapter (Debian's
-#      LibTorch), the ablation smoke test, packaging and header checks; when nvcc is present the
-#      CUDA backend's tests and kernels are compiled (and run only where a GPU exists);
-#   2. the Python package: `pip install --no-build-isolation .` into a fresh virtual environment
-#      (Debian's python3-torch seen through --system-site-packages), then its tests;
+#   0. a virtual environment with PyPI's torch (2.15.0 and its CUDA wheels) and TRL's runtime
+#      (tests/python/requirements.txt; made once per set of pinned versions, in $RECO_VENV,
+#      default ~/.cache/reco-python-venv);
+#   1. the main build: CPU backend, eval metrics, logits kernels, LibTorch adapter (against the
+#      LibTorch inside that torch wheel, torch.utils.cmake_prefix_path; its Python op tests run
+#      with that torch), the ablation smoke test, packaging and header checks; when nvcc is
+#      present the CUDA backend's tests and kernels are compiled (and run only where a GPU exists);
+#   2. the Python package: `pip install --no-build-isolation .` into that environment (the CUDA
+#      ops compiled as a check where nvcc exists), then all its tests, a real TRL run among them;
 #   3. the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Every stage prints its wall time, and a table of them closes the run.
 #
@@ -19,6 +23,7 @@
 # the Python package's build, with the same flags, reuses the main build's units through ccache.
 #
 # Environment: RECO_JOBS (parallel jobs, default nproc), RECO_SKIP_PYTHON_PACKAGE=1 to skip step 2,
+# RECO_VENV (step 0's environment), RECO_FRESH_VENV=1 to make it anew,
 # RECO_SKIP_SANITIZERS=1 to skip step 3,
 # RECO_BUILD_DIR (default build), RECO_ASAN_BUILD_DIR (default build-asan), RECO_CUDA_ARCHS
 # (CMAKE_CUDA_ARCHITECTURES), RECO_NO_CCACHE=1 to compile without the cache.
@@ -53,6 +58,34 @@ trap print_stages EXIT
 scripts/install_deps.sh
 end_stage "install packages"
 
+# [0] The Python environment: pinned versions (tests/python/requirements.txt), from PyPI. The peers
+# whose loss code the tests call (verl, Liger Kernel, OpenRLHF) without their runtimes (ray, vLLM,
+# deepspeed, Triton kernels; the tests stand in for what their loss modules import) plus the two
+# small packages verl's loss module needs.
+# Installing it (5.9 GB, most of it torch's CUDA libraries) takes 1.5 to 6 minutes on CI's 2 cores,
+# so it is made once per set of pinned versions and reused, like the compiler cache: a stamp
+# holds the hash of what was installed; another hash, or RECO_FRESH_VENV=1, makes it anew. The
+# package itself is installed anew on every run (step 2).
+peers=("verl==0.9.1" "liger-kernel==0.8.5" "openrlhf==0.11.2")
+extras=(omegaconf orjson)
+venv=${RECO_VENV:-$HOME/.cache/reco-python-venv}
+wanted_stamp=$( (cat tests/python/requirements.txt; echo "${peers[*]} ${extras[*]}"; /usr/bin/python3 --version) | sha256sum | cut -d' ' -f1)
+echo "== [0/3] Python environment: $venv (tests/python/requirements.txt) =="
+if [ "${RECO_FRESH_VENV:-0}" = "1" ] || [ "$(cat "$venv/.reco-stamp" 2>/dev/null)" != "$wanted_stamp" ]; then
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${peers[@]}"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${extras[@]}"
+  echo "$wanted_stamp" > "$venv/.reco-stamp"
+else
+  echo "reused (same pinned versions; RECO_FRESH_VENV=1 to make it anew)"
+fi
+"$venv/bin/pip" uninstall -q -y reco 2>/dev/null || true
+torch_prefix=$("$venv/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+echo "torch $("$venv/bin/python" -c "import torch; print(torch.__version__)") at $torch_prefix"
+end_stage "python environment"
+
 generator=()
 keep_going=()  # a failed unit does not hide the others' errors
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
@@ -84,8 +117,11 @@ if [ "$(uname -m)" = x86_64 ] && ! grep -qw avx512f /proc/cpuinfo 2>/dev/null; t
   export CXXFLAGS="${CXXFLAGS:-} -DRECO_NO_SIMD_AVX512"
 fi
 
-echo "== [1/3] main build (CUDA: $cuda_flag ${cuda_arch[*]} check-only: $cuda_check_only, LibTorch adapter: ON, generator: ${generator[*]:-default}) =="
+echo "== [1/3] main build (CUDA: $cuda_flag ${cuda_arch[*]} check-only: $cuda_check_only, LibTorch adapter: ON (the wheel's), generator: ${generator[*]:-default}) =="
+# The LibTorch of the environment's torch wheel; RECO_TORCH_CUDA_CUSTOM_TEST=OFF: nvcc 13.0.88's
+# cicc crashes on that one test unit against LibTorch 2.x's headers (docs/cuda.md).
 cmake -S . -B "$build" "${generator[@]}" "${launchers[@]}" "${cuda_arch[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_prefix" -DRECO_TORCH_PYTHON="$venv/bin/python" -DRECO_TORCH_CUDA_CUSTOM_TEST=OFF \
   -DRECO_ENABLE_CUDA=$cuda_flag -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only -DRECO_ENABLE_TORCH=ON \
   -DRECO_BUILD_TESTS=ON -DRECO_TESTS_OPTIMIZATION=-Og -DRECO_ADAPTER_OPTIMIZATION=-Og -DRECO_BUILD_BENCHMARKS=ON \
   -DRECO_BENCHMARKS_COMPILE_CHECK_ONLY=ON -DRECO_BUILD_EXAMPLES=ON
@@ -96,44 +132,34 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
 end_stage "main: tests"
 
 if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
-  echo "== [2/3] Python package: pip install into a fresh virtual environment, then its tests =="
-  # Debian's python3-torch (1.13) through --system-site-packages; scikit-build-core from PyPI. The
-  # wheel builds the op library against that torch (no build isolation: the build must see it).
-  venv="$(cd "$build" && pwd)/python-venv"  # absolute: the tests run from inside the build dir
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q "scikit-build-core>=0.10"
-  # The wheel's CMake build runs in a directory beside the main build (the same depth, so that
-  # ccache, whose base directory is the checkout, sees the same relative paths) with the main
-  # build's compiler: its op library's units are then cache hits of the main build's, not a
-  # second compile of the adapter.
+  echo "== [2/3] Python package: pip install into the environment of step 0, then all its tests =="
+  # The wheel builds the op library against the environment's torch (no build isolation: the build
+  # must see it); the CUDA ops whenever nvcc is found (that torch has CUDA), compiled as a check
+  # as in the main build. Its CMake build runs in a directory beside the main build (the same
+  # depth, so that ccache, whose base directory is the checkout, sees the same relative paths)
+  # with the main build's compiler and flags: its units are then cache hits of the main build's.
   wheel_build="${build%/}-wheel"
   rm -rf "$wheel_build"
   cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
-  CMAKE_ARGS="${launchers[*]} -DCMAKE_CXX_COMPILER=$cxx -DRECO_ADAPTER_OPTIMIZATION=-Og" \
-    "$venv/bin/pip" install -q --no-build-isolation \
-    --config-settings=build-dir="$wheel_build" .
+  wheel_args="${launchers[*]} -DCMAKE_CXX_COMPILER=$cxx -DRECO_ADAPTER_OPTIMIZATION=-Og"
+  expect_cuda=0
+  if [ "$cuda_flag" = ON ]; then
+    wheel_args="$wheel_args ${cuda_arch[*]} -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only"
+    expect_cuda=1
+  fi
+  CMAKE_ARGS="$wheel_args" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
+    --no-deps --force-reinstall --config-settings=build-dir="$wheel_build" .
   root=$PWD
   ops=$(cd "$build" && "$venv/bin/python" -c "import reco; print(reco.library_path())")
-  # verl's own policy losses for reco.integrations.verl: the verl wheel without its runtime
-  # dependencies (ray, vLLM, ...; the test stands in for the four its loss module imports) plus the
-  # two small ones that module needs.
-  "$venv/bin/pip" install -q --no-deps "verl==0.9.1"
-  "$venv/bin/pip" install -q omegaconf orjson
-  # TRL's own GRPO loss for reco.integrations.trl: the pure-Python wheel without its dependencies
-  # (transformers, accelerate, datasets, ...; the test stands in for those its trainer module imports).
-  "$venv/bin/pip" install -q --no-deps "trl==1.16.0"
-  # Liger Kernel's GRPO loss math (LigerFusedLinearGRPOFunction.ppo_loss_fn) for test_liger.py: the
-  # wheel without Triton (the test loads the two loss modules only).
-  "$venv/bin/pip" install -q --no-deps "liger-kernel==0.8.5"
-  # OpenRLHF's PolicyLoss for test_openrlhf.py: the wheel without deepspeed, vLLM, ray (stood in).
-  "$venv/bin/pip" install -q --no-deps "openrlhf==0.11.2"
-  (cd "$build" && "$venv/bin/python" "$root/tests/python/test_package.py" &&
+  (cd "$build" && "$venv/bin/python" -c "import reco; print('reco.build_info():', reco.build_info())" &&
+     RECO_EXPECT_CUDA_OPS=$expect_cuda "$venv/bin/python" "$root/tests/python/test_package.py" &&
      "$venv/bin/python" "$root/tests/python/test_batch_metrics.py" &&
      RECO_REQUIRE_VERL=1 "$venv/bin/python" "$root/tests/python/test_verl.py" &&
      RECO_REQUIRE_TRL=1 "$venv/bin/python" "$root/tests/python/test_trl.py" &&
      RECO_REQUIRE_LIGER=1 "$venv/bin/python" "$root/tests/python/test_liger.py" &&
      RECO_REQUIRE_OPENRLHF=1 "$venv/bin/python" "$root/tests/python/test_openrlhf.py" &&
+     "$venv/bin/python" "$root/tests/python/test_nn.py" &&
+     RECO_REQUIRE_TRL_TRAIN=1 "$venv/bin/python" "$root/tests/python/test_trl_train.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops" &&
      "$venv/bin/python" "$root/tests/torch/test_compose_ops.py" "$ops")
   end_stage "python package: build + tests"

@@ -38,8 +38,18 @@ _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libreco_tor
 if not os.path.exists(_LIBRARY):
     raise ImportError(f"reco: the op library {_LIBRARY} is missing; reinstall with "
                       "`pip install --no-build-isolation .` from the repository")
-torch.ops.load_library(_LIBRARY)
-_ops = torch.ops.reco
+try:
+    from ._build_info import BUILD_INFO as _BUILD_INFO
+except ImportError:  # an op library built by hand with CMake and copied here
+    _BUILD_INFO = {}
+try:
+    torch.ops.load_library(_LIBRARY)
+except OSError as e:
+    built = _BUILD_INFO.get("torch", "an unknown torch")
+    raise ImportError(f"reco: the op library {_LIBRARY} was built against torch {built} and does not load with "
+                      f"torch {torch.__version__} ({e}); rebuild it with this torch: "
+                      "pip install --no-build-isolation --force-reinstall .") from e
+from ._errors import ops as _ops  # noqa: E402 (reco errors as ValueError)
 
 Tensor = torch.Tensor
 
@@ -47,6 +57,21 @@ Tensor = torch.Tensor
 def library_path() -> str:
     """The path of the op library this package loaded (for torch.ops.load_library elsewhere)."""
     return _LIBRARY
+
+
+def build_info() -> Dict[str, object]:
+    """What the installed op library was built with, and what it runs with now:
+
+    ``torch`` (the version it was compiled against) and ``torch_cuda`` (that torch's CUDA, "" for
+    a CPU build of torch), ``cuda`` (whether the CUDA ops were compiled: CUDA tensors run only
+    then), ``cuda_architectures`` (CMake's notation: ``90-real`` is sm_90 code, ``120`` sm_120
+    code plus PTX), ``cuda_compile_check_only`` (compiled as a check only, unoptimised: CI),
+    ``nvcc``, ``compiler``, ``build_type``, ``cxx11_abi``; ``torch_runtime`` (the torch imported
+    now) and ``cuda_available`` (``torch.cuda.is_available()`` now)."""
+    info: Dict[str, object] = dict(_BUILD_INFO)
+    info["torch_runtime"] = torch.__version__
+    info["cuda_available"] = bool(torch.cuda.is_available())
+    return info
 
 
 def presets() -> List[str]:
@@ -273,11 +298,11 @@ def _tensor_inputs(inputs: Dict[str, Optional[Tensor]]) -> List[Optional[Tensor]
 
 
 # After the op library is loaded: the submodules bind torch.ops.reco.
-from . import batch, metrics  # noqa: E402
+from . import batch, metrics, nn  # noqa: E402
 from .batch import *  # noqa: E402,F401,F403
 from .metrics import *  # noqa: E402,F401,F403
 from .linear import LinearLogpEntropy, linear_logp_entropy  # noqa: E402,F401
 
 __all__ = batch.__all__ + metrics.__all__ + [
-    "PolicyLoss", "batch", "library_path", "metrics", "override_keys", "plan_summary", "planned_policy_loss",
-    "policy_loss", "presets", "stat_names", "token_logp_entropy", "__version__"]
+    "PolicyLoss", "batch", "build_info", "library_path", "metrics", "nn", "override_keys", "plan_summary",
+    "planned_policy_loss", "policy_loss", "presets", "stat_names", "token_logp_entropy", "__version__"]

@@ -13,7 +13,7 @@ from typing import Dict, NamedTuple, Optional, Sequence, Union
 
 import torch
 
-_ops = torch.ops.reco
+from ._errors import ops as _ops  # reco errors as ValueError
 Tensor = torch.Tensor
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "opo", "batch_std", "gpg", "reinforce_pp", "pass_at_k")
@@ -35,6 +35,71 @@ def advantages(estimator: str, rewards: Tensor, *, group_offsets: Optional[Tenso
     ``policy_loss``. A group of one response gets 0 (the default singleton policy).
     """
     return _ops.advantages(estimator, rewards, group_offsets, prompt_ids, lengths, overrides)
+
+
+_BATCH_NORMALISATIONS = ("response", "token", "none")
+
+
+def gdpo_advantages(rewards: Tensor, *, group_offsets: Optional[Tensor] = None, prompt_ids: Optional[Tensor] = None,
+                    group_size: int = 0, weights: Optional[Sequence[float]] = None, eps: float = 1e-6,
+                    batch_normalise: str = "response", batch_eps: float = 1e-4,
+                    lengths: Optional[Tensor] = None) -> Tensor:
+    """GDPO's per-response advantages (float64 ``[R]``) from several rewards per response
+    (``rewards`` ``[R, K]``): each reward normalised within its prompt group by the GRPO
+    estimator, (r_k - mean_g) / (std_g + ``eps``) with the unbiased std (``advantages("grpo")``),
+    then summed with ``weights`` (K values, default all 1), then normalised over the batch:
+
+    - ``batch_normalise="response"``: (s - mean) / (std + ``batch_eps``), mean and unbiased std
+      over the R responses (TRL's ``multi_objective_aggregation="normalize_then_sum"``, with
+      ``eps = batch_eps = 1e-4``);
+    - ``"token"``: (s - mean) / sqrt(var + ``batch_eps``), mean and unbiased variance over the
+      tokens, each response counted ``lengths`` times (verl's ``adv_estimator=gdpo``, with
+      ``eps = 1e-6``, ``batch_eps = 1e-8``; ``lengths`` = ``response_mask.sum(-1)``);
+    - ``"none"``: the weighted sum.
+
+    Groups: ``group_offsets``, ``prompt_ids`` or ``group_size`` (equal groups of that many
+    consecutive responses), exactly one; every group needs at least two responses. Rewards must
+    be finite."""
+    if rewards.dim() != 2 or rewards.shape[1] < 1:
+        raise ValueError(f"reco: rewards: expected [R, K] (K rewards per response), got {tuple(rewards.shape)}")
+    R, K = rewards.shape
+    if sum(x is not None and (not isinstance(x, int) or x != 0) for x in (group_offsets, prompt_ids, group_size)) != 1:
+        raise ValueError("reco: group_offsets: give exactly one of group_offsets, prompt_ids and group_size")
+    if group_size:
+        if group_size < 2 or R % group_size:
+            raise ValueError(f"reco: group_size: {group_size} must be >= 2 and divide the {R} responses")
+        group_offsets = torch.arange(0, R + 1, group_size, dtype=torch.int64)
+    elif prompt_ids is not None:
+        group_offsets = _ops.group_offsets(prompt_ids)
+    sizes = torch.diff(group_offsets.to("cpu", torch.int64))
+    if bool((sizes < 2).any()):
+        raise ValueError("reco: group_offsets: every group needs at least two responses for GDPO's per-group std")
+    if weights is None:
+        w = [1.0] * K
+    else:
+        w = [float(x) for x in weights]
+        if len(w) != K or not all(math.isfinite(x) for x in w):
+            raise ValueError(f"reco: weights: expected {K} finite values, one per reward, got {list(weights)}")
+    if batch_normalise not in _BATCH_NORMALISATIONS:
+        raise ValueError(f"reco: batch_normalise: '{batch_normalise}' is not one of {_BATCH_NORMALISATIONS}")
+    if (lengths is not None) != (batch_normalise == "token"):
+        raise ValueError("reco: lengths: needed by batch_normalise='token' and only by it")
+    total = torch.zeros(R, dtype=torch.float64)
+    for k in range(K):
+        adv = _ops.advantages("grpo", rewards[:, k].contiguous(), group_offsets, None, None, {"advantage.eps": eps})
+        total += w[k] * adv.to("cpu", torch.float64)
+    if batch_normalise == "response":
+        if R < 2:
+            raise ValueError("reco: rewards: batch_normalise='response' needs at least two responses")
+        total = (total - total.mean()) / (total.std() + batch_eps)
+    elif batch_normalise == "token":
+        n = lengths.to("cpu", torch.float64)
+        if lengths.shape != (R,) or bool((n < 0).any()) or float(n.sum()) < 2:
+            raise ValueError("reco: lengths: expected [R] non-negative token counts summing to at least 2")
+        mean = (total * n).sum() / n.sum()
+        var = ((total - mean) ** 2 * n).sum() / (n.sum() - 1)
+        total = (total - mean) / torch.sqrt(var + batch_eps)
+    return total.to(rewards.device)
 
 
 class GroupFilter(NamedTuple):
@@ -163,5 +228,5 @@ def rollout_correction(old_logp: Tensor, rollout_logp: Tensor, *, mask: Optional
 
 
 __all__ = ["ESTIMATORS", "GroupFilter", "PromptGrouping", "ROLLOUT_METRICS", "ROLLOUT_STATISTICS",
-           "RolloutCorrection", "RolloutFilter", "advantages", "filter_groups", "group_by_prompt", "group_offsets",
+           "RolloutCorrection", "RolloutFilter", "advantages", "filter_groups", "gdpo_advantages", "group_by_prompt", "group_offsets",
            "kl_reward", "mask_truncated", "overlong_penalty", "rollout_correction"]

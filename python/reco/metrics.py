@@ -16,7 +16,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
-_ops = torch.ops.reco
+from ._errors import ops as _ops  # reco errors as ValueError
 Tensor = torch.Tensor
 TokenSequence = Union[Tensor, Sequence[int], str]
 

@@ -142,6 +142,34 @@ class Package(unittest.TestCase):
         self.assertLessEqual((logp.double() - ls.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)).abs().max().item(), 1e-5)
         self.assertLessEqual((ent.double() + (ls.exp() * ls).sum(-1)).abs().max().item(), 1e-5)
 
+    def test_build_info(self):
+        # What the installed op library was built with: the torch it runs with, and the CUDA ops
+        # exactly when the build had them (RECO_EXPECT_CUDA_OPS, set by scripts/test.sh).
+        info = reco.build_info()
+        self.assertEqual(info["torch"], torch.__version__)
+        self.assertEqual(info["torch_runtime"], torch.__version__)
+        self.assertEqual(info["torch_cuda"], torch.version.cuda or "")
+        self.assertEqual(info["cxx11_abi"], torch.compiled_with_cxx11_abi())
+        self.assertTrue(info["compiler"])
+        expected = os.environ.get("RECO_EXPECT_CUDA_OPS")
+        if expected is not None:
+            self.assertEqual(info["cuda"], expected == "1")
+        if info["cuda"]:
+            self.assertTrue(info["cuda_architectures"] and info["nvcc"])
+        # CPU tensors run either way; CUDA tensors exactly when the CUDA ops were built (and a
+        # device exists).
+        b = formulas.make_batch(1)
+        self.assertTrue(torch.isfinite(reco.policy_loss("grpo", b["logp"], **inputs(b)).loss))
+        if torch.cuda.is_available():
+            cuda = {k: v.cuda() for k, v in inputs(b).items()}
+            if info["cuda"]:
+                out = reco.policy_loss("grpo", b["logp"].cuda(), **cuda)
+                want = reco.policy_loss("grpo", b["logp"], **inputs(b)).loss
+                self.assertLessEqual(abs(out.loss.item() - want.item()), 1e-10)
+            else:
+                with self.assertRaises(Exception):
+                    reco.policy_loss("grpo", b["logp"].cuda(), **cuda)
+
     def test_errors_name_the_argument(self):
         b = formulas.make_batch(6)
         with self.assertRaisesRegex(ValueError, "advantages: preset .grpo. computes advantages from rewards"):

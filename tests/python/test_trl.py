@@ -123,7 +123,11 @@ def make_trainer(cls=GRPOTrainer, **cfg):
     t.use_vllm = args.use_vllm
     t.vllm_importance_sampling_correction = args.vllm_importance_sampling_correction
     t.aux_loss_enabled = False
-    t._entropy_bonus_enabled = False
+    t.entropy_coef = args.entropy_coef
+    t.use_adaptive_entropy = args.use_adaptive_entropy
+    t._entropy_bonus_enabled = t.entropy_coef != 0.0 or t.use_adaptive_entropy
+    t._last_world_entropy = float("inf")
+    t._entropy_window_stats = None
     t.current_gradient_accumulation_steps = args.gradient_accumulation_steps
     t.model = types.SimpleNamespace(training=True)
     t.accelerator = _Accelerator()
@@ -169,6 +173,20 @@ def ragged_batch(gen, groups=3, G=4, T=9, tool_mask=True, empty=True, items_scal
                   importance_sampling_ratio=torch.exp(torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.1)
                   .clamp(max=2.0))
     return inputs, new, entropy, mask.bool()
+
+
+def quantile_batch(gen, rho, **kw):
+    """ragged_batch, drawn again while TRL's entropy quantile would sit exactly on an element.
+    TRL takes torch.quantile in float32, which places the (1 - rho) quantile at position
+    (1 - rho)(n - 1) computed in float32: where that position is an integer in exact arithmetic,
+    the rounded one lies just past it (torch 2.x) and the threshold a few ulps above that
+    element, which TRL then leaves out while the exact quantile (reco's) keeps it. A tie
+    convention of rounding; the test compares the batches without it."""
+    while True:
+        batch = ragged_batch(gen, **kw)
+        position = (1.0 - rho) * (int(batch[3].sum()) - 1)
+        if rho >= 1.0 or abs(position - round(position)) > 1e-6:
+            return batch
 
 
 def trl_loss_and_grad(trainer, inputs, logp, entropy):
@@ -219,7 +237,7 @@ class TrlOwnLoss(unittest.TestCase):
         gen = torch.Generator().manual_seed(seed)
         trainer = make_trainer(**cfg)
         for _ in range(batches):
-            inputs, logp, entropy, mask = ragged_batch(gen, **(batch_kw or {}))
+            inputs, logp, entropy, mask = quantile_batch(gen, trainer.top_entropy_quantile, **(batch_kw or {}))
             if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
                 del inputs["importance_sampling_ratio"]  # TRL puts it in the inputs only then
             lt, gt = trl_loss_and_grad(trainer, inputs, logp, entropy)
@@ -465,14 +483,35 @@ HOOK_CASES = [
     ("vespo k_pos=1.5", dict(loss_type="vespo", vespo_k_pos=1.5)),
     ("sapo temperature_neg=1.3, accumulation 2", dict(loss_type="sapo", sapo_temperature_neg=1.3,
                                                        gradient_accumulation_steps=2)),
+    ("cispo at TRL's default epsilon_high (= epsilon, a cap below 1)", dict(loss_type="cispo")),
+    ("cispo epsilon_high=0.9 + vLLM IS ratio", dict(loss_type="cispo", epsilon_high=0.9, use_vllm=True,
+                                                    vllm_importance_sampling_correction=True)),
+    ("grpo off_policy_mask_threshold=0.05, beta=0.04", dict(loss_type="grpo", beta=0.04,
+                                                            off_policy_mask_threshold=0.05)),
+    ("dapo off_policy_mask_threshold=0 + vLLM sampling logps", dict(loss_type="dapo", off_policy_mask_threshold=0.0,
+                                                                    _sampling=True)),
+    ("luspo sequence off_policy_mask_threshold=0.02", dict(loss_type="luspo", importance_sampling_level="sequence",
+                                                           off_policy_mask_threshold=0.02)),
+    ("grpo entropy_coef=0.05, accumulation 2", dict(loss_type="grpo", entropy_coef=0.05,
+                                                   gradient_accumulation_steps=2)),
+    ("dapo entropy_coef=0.05 top_entropy_quantile=0.5, eval", dict(loss_type="dapo", entropy_coef=0.05,
+                                                                  top_entropy_quantile=0.5, _eval=True)),
+    ("dapo adaptive entropy, below the target", dict(loss_type="dapo", use_adaptive_entropy=True, entropy_target=10.0,
+                                                     entropy_coef=0.02, _state={"_last_world_entropy": 1.0})),
+    ("bnpo adaptive entropy, above the target", dict(loss_type="bnpo", use_adaptive_entropy=True, entropy_target=0.5,
+                                                     entropy_coef=0.02, _state={"_last_world_entropy": 1.0})),
 ]
 
 
 def make(cls, cfg):
     cfg = dict(cfg)
     evaluation = cfg.pop("_eval", False)
+    cfg.pop("_sampling", None)
+    state = cfg.pop("_state", {})
     t = make_trainer(cls=cls, **cfg)
     t.model.training = not evaluation
+    for k, v in state.items():
+        setattr(t, k, v)
     return t
 
 
@@ -481,11 +520,19 @@ class TrlHook(unittest.TestCase):
 
     def both(self, hook_cls, cfg, gen, batch_kw=None):
         trl_trainer, hook_trainer = make(GRPOTrainer, cfg), make(hook_cls, cfg)
-        inputs, logp, entropy, mask = ragged_batch(gen, **(batch_kw or {}))
+        inputs, logp, entropy, mask = quantile_batch(gen, trl_trainer.top_entropy_quantile, **(batch_kw or {}))
         if not (trl_trainer.use_vllm and trl_trainer.vllm_importance_sampling_correction):
             del inputs["importance_sampling_ratio"]
+        if cfg.get("_sampling"):  # vLLM's own log-probabilities of the sampled tokens
+            inputs["sampling_per_token_logps"] = inputs["old_per_token_logps"] + 0.05 * torch.randn(
+                logp.shape, generator=gen, dtype=logp.dtype)
         lt, gt = trl_loss_and_grad(trl_trainer, inputs, logp, entropy)
         lh, gh = trl_loss_and_grad(hook_trainer, inputs, logp, entropy)
+        # The adaptive entropy controller moves the same way in both.
+        for k in ("entropy_coef", "_last_world_entropy"):
+            self.assertEqual(getattr(trl_trainer, k), getattr(hook_trainer, k), k)
+        self.assertEqual(trl_trainer._metrics["train"].get("entropy_coef"), hook_trainer._metrics["train"].get(
+            "entropy_coef"))
         return (lt, gt), (lh, gh), mask, hook_trainer
 
     def test_trl_loss_types_through_the_hook(self):
@@ -497,6 +544,23 @@ class TrlHook(unittest.TestCase):
                 e = record("hook: " + case, lh, lt, gh, gt)
                 self.assertLessEqual(e, TOL, case)
                 self.assertEqual(int((gh[~mask] != 0).sum()), 0, case)
+
+    def test_knobs_change_the_loss(self):
+        # The knobs above are not inert on these batches: each changes TRL's loss (and the hook's
+        # equals it, checked above).
+        hook = reco_trl.grpo_trainer(None, base=GRPOTrainer)
+        pairs = [(dict(loss_type="grpo", off_policy_mask_threshold=0.05), dict(loss_type="grpo")),
+                 (dict(loss_type="grpo", entropy_coef=0.05), dict(loss_type="grpo")),
+                 (dict(loss_type="cispo"), dict(loss_type="cispo", epsilon_high=1.0))]
+        for on, off in pairs:
+            gen = torch.Generator().manual_seed(60)
+            inputs, logp, entropy, mask = ragged_batch(gen)
+            del inputs["importance_sampling_ratio"]
+            lt_on, _ = trl_loss_and_grad(make(GRPOTrainer, on), inputs, logp, entropy)
+            lt_off, _ = trl_loss_and_grad(make(GRPOTrainer, off), inputs, logp, entropy)
+            lh_on, _ = trl_loss_and_grad(make(hook, on), inputs, logp, entropy)
+            self.assertGreater(abs(lt_on - lt_off).item(), 1e-6 * abs(lt_off).item(), on)
+            self.assertLessEqual(rel(lh_on, lt_on), TOL, on)
 
     def test_explicit_presets_equal_trl(self):
         dapo = reco_trl.grpo_trainer("dapo", {"ratio.log_ratio_clamp": 0.0, "clip.dual_clip": 0.0}, base=GRPOTrainer)
@@ -588,8 +652,6 @@ class TrlHook(unittest.TestCase):
             (reco_trl.grpo_trainer("reco", {"select.rho": 0.1}, base=GRPOTrainer), {}, "select.rho"),
             (reco_trl.grpo_trainer(None, base=GRPOTrainer), dict(loss_type="sapo", importance_sampling_level="sequence"),
              "sapo"),
-            (reco_trl.grpo_trainer("reco", base=GRPOTrainer), dict(off_policy_mask_threshold=0.5),
-             "off_policy_mask_threshold"),
         ]
         for hook, cfg, message in cases:
             with self.assertRaisesRegex(ValueError, message):
@@ -598,10 +660,6 @@ class TrlHook(unittest.TestCase):
             reco_trl.grpo_trainer("nope", base=GRPOTrainer)
         with self.assertRaisesRegex(ValueError, "token_count"):
             reco_trl.grpo_trainer("dapo", base=GRPOTrainer, token_count="all")
-        t = make(reco_trl.grpo_trainer("reco", base=GRPOTrainer), {})
-        t._entropy_bonus_enabled = True
-        with self.assertRaisesRegex(ValueError, "entropy_coef"):
-            trl_loss_and_grad(t, inputs, logp, entropy)
 
 
 if __name__ == "__main__":

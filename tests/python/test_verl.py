@@ -97,6 +97,72 @@ class VerlRegistry(unittest.TestCase):
             # verl averages the clip indicator in float32
             self.assertAlmostEqual(mv["actor/pg_clipfrac"], mr["actor/pg_clipfrac"], places=6)
 
+    def test_token_sum(self):
+        # verl's token-sum (PR 7197: the masked token sum times dp_size) with a token-mean preset:
+        # verl's vanilla against reco's dapo through the integration, one rank and dp_size 2.
+        gen = torch.Generator().manual_seed(12)
+        vanilla = core_algos.get_policy_loss_fn("vanilla")
+        ours = core_algos.get_policy_loss_fn("reco_dapo")
+        for dp in (1, 2):
+            for _ in range(12):
+                old, new, adv, mask = ragged_batch(gen)
+                cfg = verl_config(global_batch_info={"dp_size": dp, "batch_num_tokens": 999, "global_batch_size": 99})
+                lv, gv, _ = loss_and_grad(vanilla, old, new, adv, mask, loss_agg_mode="token-sum", config=cfg)
+                lr, gr, _ = loss_and_grad(ours, old, new, adv, mask, loss_agg_mode="token-sum", config=cfg)
+                self.assertLessEqual(abs(lv - lr).item(), 1e-12 * max(1.0, abs(lv).item()))
+                self.assertLessEqual((gv - gr).abs().max().item(), 1e-12 * max(1.0, gv.abs().max().item()))
+                self.assertEqual((gr[~mask] != 0).sum().item(), 0)
+                lm, _, _ = loss_and_grad(ours, old, new, adv, mask, loss_agg_mode="token-mean", config=verl_config())
+                self.assertLessEqual(abs(lr - lm * dp * int(mask.sum())).item(), 1e-12 * max(1.0, abs(lr).item()))
+        # The 80/20 presets' kept-token normaliser is summed too.
+        old, new, adv, mask = ragged_batch(gen)
+        reco_verl.provide_entropy(torch.rand(old.shape, generator=gen, dtype=torch.float64))
+        try:
+            fn = reco_verl.register(["rule_80_20"], prefix="sum_")["sum_rule_80_20"]
+            ls, _, _ = loss_and_grad(fn, old, new, adv, mask, loss_agg_mode="token-sum", config=verl_config())
+            lm, _, _ = loss_and_grad(fn, old, new, adv, mask, loss_agg_mode="token-mean", config=verl_config())
+        finally:
+            reco_verl.provide_entropy(None)
+        self.assertGreater(abs(ls).item(), 0.0)
+        self.assertGreater(abs(ls).item(), abs(lm).item())
+        with self.assertRaisesRegex(ValueError, "loss_agg_mode 'token-sum' is not the aggregation of 'reco'"):
+            loss_and_grad(core_algos.get_policy_loss_fn("reco"), old, new, adv, mask, loss_agg_mode="token-sum",
+                          config=verl_config())
+
+    def test_gdpo_advantages_equal_verl(self):
+        # verl's compute_gdpo_outcome_advantage (per-reward GRPO normalisation within each uid
+        # group, weighted sum, masked_whiten over the batch's tokens) against reco.gdpo_advantages
+        # with the token weighting: 3 rewards, with and without weights.
+        import numpy as np
+        gen = torch.Generator().manual_seed(31)
+        for weights in (None, [1.0, 0.5, 2.0]):
+            for _ in range(6):
+                B, T, P, G = 12, 6, 3, 4
+                lengths = torch.randint(1, T + 1, (B,), generator=gen)
+                response_mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).float()
+                scores = {k: torch.randint(0, 3, (B,), generator=gen).float().tolist() for k in ("fmt", "acc", "len")}
+                prompts = torch.zeros(B, 2, dtype=torch.long)
+                attention = torch.cat([torch.ones(B, 2), response_mask], dim=1).long()
+                cfg = OmegaConf.create({"gdpo_reward_keys": ["fmt", "acc", "len"], "gdpo_reward_weights": weights,
+                                        "norm_adv_by_std_in_grpo": True})
+                index = np.array([str(i // G) for i in range(B)], dtype=object)
+                adv, _ = core_algos.compute_gdpo_outcome_advantage(
+                    token_level_rewards=torch.zeros(B, T), response_mask=response_mask, index=index, config=cfg,
+                    non_tensor_batch={k: np.array(v) for k, v in scores.items()},
+                    batch={"prompts": prompts, "attention_mask": attention})
+                rewards = torch.tensor([scores["fmt"], scores["acc"], scores["len"]], dtype=torch.float64).T
+                mine = reco.gdpo_advantages(rewards, group_size=G, weights=weights, eps=1e-6,
+                                            batch_normalise="token", batch_eps=1e-8, lengths=lengths)
+                want = adv[:, 0].double()  # constant along each response
+                self.assertLessEqual((mine - want).abs().max().item(), 1e-5 * max(1.0, want.abs().max().item()))
+                self.assertTrue(torch.equal(adv, adv[:, :1] * response_mask))
+        with self.assertRaisesRegex(ValueError, "two responses"):
+            reco.gdpo_advantages(torch.zeros(3, 2), group_offsets=torch.tensor([0, 1, 3]))
+        with self.assertRaisesRegex(ValueError, "weights"):
+            reco.gdpo_advantages(torch.zeros(4, 2), group_size=2, weights=[1.0])
+        with self.assertRaisesRegex(ValueError, "lengths"):
+            reco.gdpo_advantages(torch.zeros(4, 2), group_size=2, batch_normalise="token")
+
     def test_caps_come_from_verl_config(self):
         gen = torch.Generator().manual_seed(5)
         old, new, adv, mask = ragged_batch(gen)

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include "reco/torch/gloo_group.hpp"
 
@@ -187,6 +188,10 @@ std::vector<int> spawn(int world, int seconds, Body body) {
     const pid_t pid = fork();
     if (pid == 0) {
       alarm(static_cast<unsigned>(seconds));
+      // One intra-op thread per rank: an OpenMP thread team the parent already started does not
+      // survive fork, and the LibTorch of a PyTorch 2.x wheel then hangs in the child's first
+      // parallel region (the ranks share the machine's cores anyway).
+      at::set_num_threads(1);
       int code = 1;
       try {
         code = body(r, path);

@@ -28,9 +28,11 @@ What the loss reads from TRL:
 - **TRL's knobs**, set on the preset's keys where it has them (``overrides`` win):
   ``epsilon`` / ``epsilon_high`` → ``clip.eps_low`` / ``clip.eps_high`` (the ``cispo`` preset:
   ``ratio.eps_high = epsilon_high − 1``, ``ratio.eps_low = 1``, as TRL caps r at
-  ``epsilon_high``), ``delta`` → ``clip.delta``, ``beta`` → ``kl.beta`` (a preset without a KL
-  term and ``beta != 0`` is an error naming ``beta``; its KL term can be added by the hook's
-  overrides, ``{"kl.beta": ..., "kl.clamp": 0}``, on CPU tensors), ``use_bias_correction_kl`` →
+  ``epsilon_high``; a cap below 1, TRL's default ``epsilon_high = epsilon``, is the cap at 1
+  times token weights min(r, cap) / min(r, 1)), ``delta`` → ``clip.delta``, ``beta`` →
+  ``kl.beta`` (a preset given without a KL term and ``beta != 0`` is an error naming ``beta``; its
+  KL term can be added by the hook's overrides, ``{"kl.beta": ..., "kl.clamp": 0}``, on CPU
+  tensors; ``grpo_trainer(None)`` adds TRL's k3 term so by itself), ``use_bias_correction_kl`` →
   ``kl.importance_weighted``, ``top_entropy_quantile < 1`` → ``select.rule = quantile``,
   ``select.rho`` (presets that select by entropy; for another preset it is an error),
   ``vespo_k_pos`` / ... → ``ratio.k_pos`` / .... The preset keeps its other constants (log-ratio
@@ -48,8 +50,12 @@ What the loss reads from TRL:
   With a sequence-ratio preset (``gspo``, ``trl_luspo``) each completion's weights are replaced by
   their mean over its valid tokens: TRL multiplies the completion's one loss value by the token's
   ratio, which spreads the gradient of their sum evenly over the completion.
-- **router aux loss**: added as TRL does. TRL's entropy bonus (``entropy_coef``) and off-policy
-  sequence mask (``off_policy_mask_threshold``) are not supported: an error names them.
+- **entropy bonus** (``entropy_coef``, and ``use_adaptive_entropy`` with ``entropy_target``,
+  ``entropy_coef_delta/min/max``): added to reco's loss as TRL adds it, on TRL's own controller
+  state (:meth:`RecoLoss._reco_entropy_bonus`).
+- **off-policy sequence mask** (``off_policy_mask_threshold``): TRL's rule as token weights of the
+  policy term (a dropped completion still counts in the normaliser, as in TRL).
+- **router aux loss**: added as TRL does.
 
 TRL's ``loss_type`` and ``importance_sampling_level`` are not read when a preset is given (the
 preset is the objective). Metrics: TRL's ``entropy`` and ``kl`` plus ``reco/<stat>`` for reco's
@@ -125,14 +131,22 @@ def _knobs(trainer: Any, preset: str, keys: set) -> Dict[str, float]:
         out["clip.eps_low"] = float(trainer.epsilon_low)
         out["clip.eps_high"] = float(trainer.epsilon_high)
     if preset == "cispo":
+        # TRL caps r at epsilon_high; reco's cispo at 1 + ratio.eps_high. A cap below 1 (TRL's
+        # default epsilon_high = epsilon) is the cap at 1 times token weights (_cispo_cap_weights).
         out["ratio.eps_low"] = 1.0
-        out["ratio.eps_high"] = float(trainer.epsilon_high) - 1.0
+        out["ratio.eps_high"] = max(0.0, float(trainer.epsilon_high) - 1.0)
     delta = getattr(args, "delta", None)
     if delta is not None:
         if "clip.delta" not in keys:
             raise ValueError(f"reco.integrations.trl: delta is set but '{preset}' has no PPO clip")
         out["clip.delta"] = float(delta)
     if reco.has_kl_term(preset):
+        out["kl.beta"] = float(trainer.beta)
+        out["kl.importance_weighted"] = float(bool(getattr(args, "use_bias_correction_kl", False)))
+    elif trainer.beta != 0.0 and getattr(trainer, "reco_preset", "") is None:
+        # TRL's own loss type with a KL term its reco preset lacks (cispo, sapo, vespo, the
+        # sequence level): the term added by its keys, TRL's k3 (CPU tensors).
+        out.update(_TRL_KL)
         out["kl.beta"] = float(trainer.beta)
         out["kl.importance_weighted"] = float(bool(getattr(args, "use_bias_correction_kl", False)))
     elif trainer.beta != 0.0:
@@ -179,6 +193,26 @@ def _response_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return mean.expand_as(x).contiguous()
 
 
+def _off_policy_keep(advantages: torch.Tensor, logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor,
+                     threshold: float) -> torch.Tensor:
+    """TRL's off-policy sequence mask (``off_policy_mask_threshold``, DeepSeek-V3.2): a completion's
+    policy term is dropped when its advantage is negative and the mean over its tokens of
+    log p_sampling - log p_current (NaN tokens counting 0) exceeds the threshold. 1 keeps, 0 drops;
+    ``[B, 1]`` for per-completion advantages, ``[B, T]`` for per-token ones."""
+    m = mask.to(logp.dtype)
+    gap = torch.nan_to_num(sampling_logp - logp, nan=0.0)
+    mean_gap = (gap * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    return ((adv >= 0) | (mean_gap <= threshold)).to(logp.dtype)
+
+
+def _cispo_cap_weights(logp: torch.Tensor, old_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """min(r, cap) / min(r, 1): TRL's CISPO weight min(r, epsilon_high) for a cap below 1, as reco's
+    cispo weight capped at 1 (ratio.eps_high = 0) times these token weights."""
+    r = torch.exp(logp - old_logp)
+    return torch.clamp(r, max=cap) / torch.clamp(r, max=1.0)
+
+
 def _pad_rows(x: Optional[torch.Tensor], rows: int, value: float = 0.0) -> Optional[torch.Tensor]:
     if x is None or rows == 0:
         return x
@@ -215,11 +249,6 @@ class RecoLoss:
         return preset, overrides, token_count
 
     def _compute_loss(self, model, inputs):
-        if getattr(self, "off_policy_mask_threshold", None) is not None:
-            raise ValueError("reco.integrations.trl: off_policy_mask_threshold is not supported by the reco loss")
-        if getattr(self, "_entropy_bonus_enabled", False):
-            raise ValueError("reco.integrations.trl: TRL's entropy bonus (entropy_coef) is not supported by the reco "
-                             "loss; set entropy_coef = 0")
         preset, overrides, token_count = self._reco_objective()
         keys = set(reco.override_keys(preset))
 
@@ -252,6 +281,19 @@ class RecoLoss:
             ratio = inputs["importance_sampling_ratio"].detach().to(per_token_logps.dtype).expand(B, T)
             sequence_ratio = "ratio.max_log_ratio" in keys  # gspo, trl_luspo
             batch["token_weights"] = _response_mean(ratio, mask) if sequence_ratio else ratio.contiguous()
+        # Token weights of the policy term, as TRL multiplies its per-token loss: the off-policy
+        # sequence mask, and the part of CISPO's cap below 1.
+        extra = []
+        threshold = getattr(self, "off_policy_mask_threshold", None)
+        if threshold is not None:
+            sampling = inputs.get("sampling_per_token_logps", old)
+            extra.append(_off_policy_keep(inputs["advantages"].detach(), per_token_logps.detach(), sampling.detach(),
+                                          mask, float(threshold)))
+        if preset == "cispo" and float(self.epsilon_high) < 1.0 and "ratio.eps_high" not in self.reco_overrides:
+            extra.append(_cispo_cap_weights(per_token_logps.detach(), old, float(self.epsilon_high)))
+        for w in extra:
+            w = w.to(per_token_logps.dtype).expand(B, T)
+            batch["token_weights"] = (w * batch["token_weights"] if "token_weights" in batch else w).contiguous()
 
         # TRL's normalisation for the aggregation (see the module's doc).
         mode = "train" if self.model.training else "eval"
@@ -287,11 +329,54 @@ class RecoLoss:
         out = reco.policy_loss(preset, logp, mask=mask, overrides=overrides, **batch, **counts)
         loss = out.loss * scale
 
+        if getattr(self, "_entropy_bonus_enabled", False):
+            # TRL logs the policy term before its division by the accumulation steps.
+            per_window = kind == 0 and token_count == "generation_batch"
+            policy = loss.detach() if per_window else loss.detach() * accumulation
+            loss = loss - self._reco_entropy_bonus(entropies, mask[:B], policy, mode)
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
         self._log_reco_metrics(mode, out, entropies, mask[:B])
         return loss
+
+    def _reco_entropy_bonus(self, entropies: torch.Tensor, mask: torch.Tensor, policy: torch.Tensor,
+                            mode: str) -> torch.Tensor:
+        """TRL's entropy bonus (``entropy_coef``, and its adaptive control with
+        ``use_adaptive_entropy``): coef times the mean entropy over the micro-batch's tokens (those
+        ``top_entropy_quantile`` keeps), divided by the accumulation steps, differentiable in the
+        entropies. The adaptive coefficient is the one at the end of the previous optimizer step,
+        applied only while that step's entropy was at most ``entropy_target``; at each optimizer
+        step it moves by ``entropy_coef_delta`` within [``entropy_coef_min``, ``entropy_coef_max``]
+        towards keeping the entropy above the target, as in TRL (the same state, so TRL's
+        checkpoints of it apply)."""
+        args = self.args
+        m = mask.to(entropies.dtype)
+        if float(getattr(self, "top_entropy_quantile", 1.0)) < 1.0:
+            m = m * self.get_high_entropy_mask(entropies.detach(), mask, 1.0 - self.top_entropy_quantile).to(m.dtype)
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        mean_entropy = (entropies * m).sum() / m.sum().clamp(min=1.0) / accumulation
+        adaptive = bool(getattr(self, "use_adaptive_entropy", False))
+        coef = float(self.entropy_coef)
+        if adaptive and not self._last_world_entropy <= args.entropy_target:
+            coef = 0.0
+        self._metrics[mode]["policy_loss"].append(float(policy))
+        if adaptive and mode == "train":
+            window = torch.stack([(entropies.detach() * m).sum(), m.sum()])
+            held = self._entropy_window_stats
+            self._entropy_window_stats = window if held is None else held + window
+            if self.accelerator.sync_gradients:
+                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
+                if entropy <= args.entropy_target:
+                    self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
+                else:
+                    self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
+                self._last_world_entropy = entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * mean_entropy
 
     def _log_reco_metrics(self, mode: str, out: Any, entropies: torch.Tensor, mask: torch.Tensor) -> None:
         m = mask.to(entropies.dtype)

@@ -20,7 +20,9 @@ preset of the same name on verl's tensors:
   ``clip_ratio_c`` set the preset's PPO clip (ε_low, ε_high, dual-clip c) for presets that clip
   with it; ``config.policy_loss.reco_weight_cap`` (if present) sets ReCo's weight cap.
 - **aggregation**: verl's ``loss_agg_mode`` must be the preset's own (``token-mean`` for aspo,
-  dapo_reco and the 80/20 presets; ``seq-mean-token-mean`` for grpo and the reco presets):
+  dapo_reco and the 80/20 presets; ``seq-mean-token-mean`` for grpo and the reco presets), or
+  ``token-sum`` for a ``token-mean`` preset (the masked sum: reco's sum / constant aggregation
+  with the constant 1):
   another mode is an error naming it, never a silent change of objective.
 - **normalisation over the step**: verl's ``global_batch_info`` (``batch_num_tokens``,
   ``global_batch_size``, ``dp_size``) gives the step's counts, and the loss is multiplied by
@@ -129,9 +131,13 @@ def _loss_for(preset: str):
         if config is None:
             raise ValueError(f"reco.integrations.verl: '{preset}' needs verl's actor config (config=None)")
         wanted = _AGGREGATION.get(preset)
-        if wanted is not None and loss_agg_mode != wanted:
+        # verl's token-sum (the masked sum, times dp_size): a token-mean preset's token sum, the
+        # aggregation sum / constant with the constant 1.
+        token_sum = loss_agg_mode == "token-sum" and wanted == "token-mean"
+        if wanted is not None and loss_agg_mode != wanted and not token_sum:
+            also = " (or token-sum)" if wanted == "token-mean" else ""
             raise ValueError(f"reco.integrations.verl: loss_agg_mode '{loss_agg_mode}' is not the aggregation of "
-                             f"'{preset}' ('{wanted}'); set actor.loss_agg_mode={wanted}")
+                             f"'{preset}' ('{wanted}'{also}); set actor.loss_agg_mode={wanted}")
         mask = response_mask.to(torch.bool)
         inputs: Dict[str, Any] = {
             "old_logp": old_log_prob.detach(),
@@ -162,9 +168,12 @@ def _loss_for(preset: str):
             inputs["global_tokens"] = int(tokens)
         if loss_agg_mode == "seq-mean-token-mean" and responses is not None:
             inputs["global_responses"] = int(responses)
-        if dp_size > 1 and "global_tokens" not in inputs and "global_responses" not in inputs:
+        if dp_size > 1 and "global_tokens" not in inputs and "global_responses" not in inputs and not token_sum:
             raise ValueError("reco.integrations.verl: dp_size > 1 needs the step's counts in global_batch_info")
-        out = reco.policy_loss(preset, log_prob, overrides=_overrides(preset, config), **inputs)
+        overrides = _overrides(preset, config)
+        if token_sum:
+            overrides.update({"aggregate.kind": 3.0, "aggregate.constant": 1.0})  # seq_mean_token_sum_norm
+        out = reco.policy_loss(preset, log_prob, overrides=overrides, **inputs)
         stats = out.stats_dict()
         metrics = {
             "actor/pg_clipfrac": stats.get("clip_frac", 0.0),
