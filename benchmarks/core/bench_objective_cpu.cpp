@@ -1,9 +1,12 @@
 // The per-token objective on the CPU backend: presets grpo, reco, dapo and rule_80_20 (and each
-// as a composition chosen at run time, "composed_cpu/...") over
+// as a composition chosen at run time, "composed_cpu/..."; clip_cov and kl_cov on packs) over
 // ragged batches of about 8K, 256K, 4M and (packed only) 16M tokens (G = 8), with the token pass
 // on packs (".../packed", the default: SIMD, dispatched at run time to the widest instruction set
-// the CPU runs, RECO_SIMD_LEVEL=baseline|avx2 caps it) and token by token (".../scalar",
-// reco::cpu::vectorise = false). Reports tokens/s and compulsory bytes/s.
+// the CPU runs, RECO_SIMD_LEVEL=baseline|avx2 caps it), on packs without token diagnostics
+// (".../packed_no_diagnostics", reco::cpu::diagnostics = false), on packs with the inputs in
+// double (".../packed_f64": the same values widened; the bytes counted are the float batch's) and
+// token by token (".../scalar", reco::cpu::vectorise = false). Reports tokens/s and compulsory
+// bytes/s.
 //
 // The machine's limit sits in the same binary: "copy_cpu/<preset>/N" moves exactly the preset's
 // compulsory bytes with memcpy, on as many OpenMP threads as the objective uses (OMP_NUM_THREADS),
@@ -16,6 +19,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #if defined(_OPENMP)
 #include <omp.h>
@@ -146,9 +151,44 @@ void bm_copy(benchmark::State& state) {
   state.counters["threads"] = omp_threads();
 }
 
-// One call per iteration of `obj` (Preset's components, fixed or composed at run time).
-template <class Preset, class Obj>
-void run_objective(benchmark::State& state, const Obj& obj, bool packed) {
+// The backend's switch for the token diagnostics, where it has one (this file also builds
+// against older headers, for before/after runs in one session).
+template <class B, class = void>
+struct has_diagnostics_switch : std::false_type {};
+template <class B>
+struct has_diagnostics_switch<B, std::void_t<decltype(std::declval<B&>().diagnostics)>> : std::true_type {};
+template <class B>
+void set_diagnostics(B& backend, bool on) {
+  if constexpr (has_diagnostics_switch<B>::value) backend.diagnostics = on;
+}
+
+// The benchmark batch in double (the same values widened).
+struct double_batch {
+  std::vector<double> logp, old_logp, ref_logp, entropy, rewards, grad;
+  reco::batch_view<double> v;
+  explicit double_batch(const reco_bench::token_batch& b)
+      : logp(b.logp.begin(), b.logp.end()),
+        old_logp(b.old_logp.begin(), b.old_logp.end()),
+        ref_logp(b.ref_logp.begin(), b.ref_logp.end()),
+        entropy(b.entropy.begin(), b.entropy.end()),
+        rewards(b.rewards.begin(), b.rewards.end()),
+        grad(b.grad.size()) {
+    v.layout = reco::packed(reco::span<const index_t>(b.offsets));
+    v.group_offsets = b.groups;
+    v.logp = logp;
+    v.old_logp = old_logp;
+    v.ref_logp = ref_logp;
+    v.entropy = entropy;
+    v.mask = b.mask;
+    v.rewards = rewards;
+  }
+};
+
+// One call per iteration of `obj` (Preset's components, fixed or composed at run time), on the
+// float batch or (T = double) its double copy. The bytes are the float batch's compulsory bytes
+// either way.
+template <class Preset, class T = float, class Obj>
+void run_objective(benchmark::State& state, const Obj& obj, bool packed, bool diagnostics = true) {
   const auto batch = reco_bench::make_token_batch(state.range(0));
   auto grad = batch.grad;
   std::vector<float> grad_entropy(Preset::has_entropy_gradient ? batch.grad.size() : 0);
@@ -156,11 +196,22 @@ void run_objective(benchmark::State& state, const Obj& obj, bool packed) {
   reco::workspace<reco::cpu> ws;
   reco::cpu backend;
   backend.vectorise = packed;
-  const auto view = batch.view();
-  for (auto _ : state) {
-    const auto r = obj(backend, view, reco::gradients<float>{grad, grad_entropy}, ws);
-    benchmark::DoNotOptimize(r.loss);
-    benchmark::ClobberMemory();
+  set_diagnostics(backend, diagnostics);
+  if constexpr (std::is_same_v<T, double>) {
+    double_batch d(batch);
+    std::vector<double> gd(grad.size()), ghd(grad_entropy.size());
+    for (auto _ : state) {
+      const auto r = obj(backend, d.v, reco::gradients<double>{gd, ghd}, ws);
+      benchmark::DoNotOptimize(r.loss);
+      benchmark::ClobberMemory();
+    }
+  } else {
+    const auto view = batch.view();
+    for (auto _ : state) {
+      const auto r = obj(backend, view, reco::gradients<float>{grad, grad_entropy}, ws);
+      benchmark::DoNotOptimize(r.loss);
+      benchmark::ClobberMemory();
+    }
   }
   const double n = static_cast<double>(batch.N);
   state.counters["tokens/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
@@ -173,6 +224,18 @@ void run_objective(benchmark::State& state, const Obj& obj, bool packed) {
 template <class Obj, bool Packed>
 void bm_objective(benchmark::State& state) {
   run_objective<Obj>(state, Obj{}, Packed);
+}
+
+// The packed pass of a call that asks for no token diagnostics (reco::cpu::diagnostics = false).
+template <class Obj>
+void bm_objective_no_diagnostics(benchmark::State& state) {
+  run_objective<Obj>(state, Obj{}, true, false);
+}
+
+// The packed pass on double inputs.
+template <class Obj>
+void bm_objective_f64(benchmark::State& state) {
+  run_objective<Obj, double>(state, Obj{}, true);
 }
 
 // The same preset as a composition (reco/composition.hpp): one compiled objective whose slots
@@ -196,6 +259,17 @@ void bm_composed(benchmark::State& state) {
 #define RECO_OBJECTIVE_BENCH(preset)                                                          \
   RECO_OBJECTIVE_BENCH_PATH(preset, true, "packed")->Arg(16 << 20);                           \
   RECO_OBJECTIVE_BENCH_PATH(preset, false, "scalar");                                         \
+  BENCHMARK_TEMPLATE(bm_objective_no_diagnostics, reco::presets::preset)                      \
+      ->Name("objective_cpu/" #preset "/packed_no_diagnostics")                               \
+      ->Arg(4 << 20)                                                                          \
+      ->Arg(16 << 20)                                                                         \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
+  BENCHMARK_TEMPLATE(bm_objective_f64, reco::presets::preset)                                 \
+      ->Name("objective_cpu/" #preset "/packed_f64")                                          \
+      ->Arg(4 << 20)                                                                          \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
   BENCHMARK_TEMPLATE(bm_copy, reco::presets::preset)                                          \
       ->Name("copy_cpu/" #preset)                                                             \
       ->Arg(4 << 20)                                                                          \
@@ -215,13 +289,43 @@ RECO_OBJECTIVE_BENCH(reco)
 RECO_OBJECTIVE_BENCH(dapo)
 RECO_OBJECTIVE_BENCH(rule_80_20)
 
+// The covariance selections (Clip-Cov, KL-Cov: selected on the host over the call's tokens) on
+// the packed pass and against their copy, at 4M and 16M.
+#define RECO_COVARIANCE_BENCH(preset)                                                         \
+  BENCHMARK_TEMPLATE(bm_objective, reco::presets::preset, true)                               \
+      ->Name("objective_cpu/" #preset "/packed")                                              \
+      ->Arg(4 << 20)                                                                          \
+      ->Arg(16 << 20)                                                                         \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
+  BENCHMARK_TEMPLATE(bm_objective_no_diagnostics, reco::presets::preset)                      \
+      ->Name("objective_cpu/" #preset "/packed_no_diagnostics")                               \
+      ->Arg(4 << 20)                                                                          \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
+  BENCHMARK_TEMPLATE(bm_objective_f64, reco::presets::preset)                                 \
+      ->Name("objective_cpu/" #preset "/packed_f64")                                          \
+      ->Arg(4 << 20)                                                                          \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();                                                                        \
+  BENCHMARK_TEMPLATE(bm_copy, reco::presets::preset)                                          \
+      ->Name("copy_cpu/" #preset)                                                             \
+      ->Arg(4 << 20)                                                                          \
+      ->Arg(16 << 20)                                                                         \
+      ->Unit(benchmark::kMillisecond)                                                         \
+      ->UseRealTime();
+
+RECO_COVARIANCE_BENCH(clip_cov)
+RECO_COVARIANCE_BENCH(kl_cov)
+
 }  // namespace
 
 int main(int argc, char** argv) {
 #if RECO_SIMD
   benchmark::AddCustomContext("reco packed token pass",
                               std::string(reco::simd::active_isa()) + ", " +
-                                  std::to_string(reco::simd::active_width()) + " doubles per pack");
+                                  std::to_string(reco::simd::active_width()) + " doubles or " +
+                                  std::to_string(2 * reco::simd::active_width()) + " floats per pack");
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -35,7 +35,7 @@
 
 #include "reco/backend/cuda.cuh"
 #include "reco/fused/objective.cuh"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/reco.hpp"
 
 namespace {

@@ -11,7 +11,9 @@
 RECO_NAMESPACE_BEGIN
 
 // Token-level means are over valid tokens unless named otherwise; "policy tokens" are the valid
-// tokens that the token selector kept (all valid tokens without a selector).
+// tokens that the token selector kept (all valid tokens without a selector). A CPU call with
+// reco::cpu::diagnostics = false leaves the token diagnostics (clip and dual fractions, ppo_kl,
+// the ratio's mean / min / max, the entropy means, token_variance) at 0.
 struct diagnostics {
   double clip_frac = 0;        // policy tokens in a clipped branch
   double clip_frac_low = 0;    // ... with A < 0 (ratio below 1 - eps_low)

@@ -20,10 +20,16 @@ namespace reco_test {
 struct tolerances {
   double rel;       // relative error on values and gradients
   double abs_frac;  // absolute floor as a fraction of the largest gradient / loss part
+  double diag_rel;  // relative error on the diagnostics
+  double diag_abs;  // ... and their absolute floor
+  bool flips;       // a branch decision may differ for a token at a threshold (float math)
 };
+// Float inputs: the packed token pass computes each term in float, within 36u (u = 2^-24) of the
+// double value with the default clamps (docs/conventions.md, "Precision"); 10^-5 is 168u, the
+// margin covering the compositions' compounded terms. Double inputs: double throughout.
 template <class T>
 tolerances tolerances_for() {
-  return std::is_same_v<T, float> ? tolerances{1e-5, 1e-9} : tolerances{1e-10, 1e-14};
+  return std::is_same_v<T, float> ? tolerances{1e-5, 1e-9, 1e-5, 1e-7, true} : tolerances{1e-10, 1e-14, 1e-9, 1e-12, false};
 }
 
 inline ::testing::AssertionResult close(double got, double want, double rel, double abs_floor, const std::string& what) {
@@ -66,21 +72,28 @@ inline void expect_matches(const library_output& lib, const reco_ref::output& re
   SCOPED_TRACE(label);
   const auto& r = lib.result;
   const double loss_scale = std::max({std::fabs(ref.policy_loss), std::fabs(ref.kl_loss), std::fabs(ref.entropy_loss), 1e-3});
-  EXPECT_TRUE(close(r.loss, ref.loss, tol.rel, tol.abs_frac * loss_scale, "loss"));
-  EXPECT_TRUE(close(r.policy_loss, ref.policy_loss, tol.rel, tol.abs_frac * loss_scale, "policy_loss"));
+  // The policy loss of float math is within the bound of its terms' magnitudes, not of its value
+  // (GRPO's advantages sum to 0 per group, so it cancels): |loss term| = |gradient term| for
+  // every unclipped token, and a clipped one has no gradient, hence the unclipped share.
+  double terms = 0;
+  for (double g : ref.grad_logp) terms += std::fabs(g);
+  terms /= std::max(0.05, 1 - ref.clip_frac - ref.dual_clip_frac);
+  const double policy_abs = tol.abs_frac * loss_scale + (tol.flips ? tol.rel * terms : 0.0);
+  EXPECT_TRUE(close(r.loss, ref.loss, tol.rel, policy_abs, "loss"));
+  EXPECT_TRUE(close(r.policy_loss, ref.policy_loss, tol.rel, policy_abs, "policy_loss"));
   EXPECT_TRUE(close(r.kl_loss, ref.kl_loss, tol.rel, tol.abs_frac * loss_scale, "kl_loss"));
   EXPECT_TRUE(close(r.entropy_loss, ref.entropy_loss, tol.rel, tol.abs_frac * loss_scale, "entropy_loss"));
 
   double gmax = 0;
   for (double x : ref.grad_logp) gmax = std::max(gmax, std::fabs(x));
   ASSERT_EQ(lib.grad_logp.size(), ref.grad_logp.size());
-  int bad = 0;
-  for (std::size_t t = 0; t < ref.grad_logp.size() && bad < 5; ++t) {
+  // With float math a token at a branch's threshold may take the other branch: at most one in
+  // 10,000, plus one, may then differ by its whole term.
+  const std::size_t allowed = tol.flips ? 1 + ref.grad_logp.size() / 10000 : 0;
+  std::size_t bad = 0;
+  for (std::size_t t = 0; t < ref.grad_logp.size() && bad < allowed + 5; ++t) {
     auto c = close(lib.grad_logp[t], ref.grad_logp[t], tol.rel, tol.abs_frac * gmax, "grad_logp[" + std::to_string(t) + "]");
-    if (!c) {
-      ++bad;
-      ADD_FAILURE() << c.message();
-    }
+    if (!c && ++bad > allowed) ADD_FAILURE() << c.message();
   }
   if (!lib.grad_entropy.empty()) {
     ASSERT_EQ(lib.grad_entropy.size(), ref.grad_entropy.size());
@@ -91,27 +104,32 @@ inline void expect_matches(const library_output& lib, const reco_ref::output& re
                         "grad_entropy[" + std::to_string(t) + "]"));
   }
 
-  // Diagnostics: computed in double from the same inputs on both sides.
-  const double d_rel = 1e-9, d_abs = 1e-12;
+  // Diagnostics: from the same inputs on both sides. Those of the per-token terms within the
+  // precision bound (the fractions: a flipped token moves them by one token's share); the others
+  // (sums of the inputs themselves, per-response values) in double either way.
+  const double d_rel = tol.diag_rel, d_abs = tol.diag_abs;
   const auto& s = r.stats;
-  EXPECT_TRUE(close(s.clip_frac, ref.clip_frac, d_rel, d_abs, "clip_frac"));
-  EXPECT_TRUE(close(s.clip_frac_low, ref.clip_frac_low, d_rel, d_abs, "clip_frac_low"));
-  EXPECT_TRUE(close(s.clip_frac_high, ref.clip_frac_high, d_rel, d_abs, "clip_frac_high"));
-  EXPECT_TRUE(close(s.dual_clip_frac, ref.dual_clip_frac, d_rel, d_abs, "dual_clip_frac"));
+  const double share = tol.flips ? (1.0 + static_cast<double>(ref.policy_tokens) / 10000) /
+                                       std::max(1.0, static_cast<double>(ref.policy_tokens))
+                                 : 0.0;
+  EXPECT_TRUE(close(s.clip_frac, ref.clip_frac, d_rel, d_abs + share, "clip_frac"));
+  EXPECT_TRUE(close(s.clip_frac_low, ref.clip_frac_low, d_rel, d_abs + share, "clip_frac_low"));
+  EXPECT_TRUE(close(s.clip_frac_high, ref.clip_frac_high, d_rel, d_abs + share, "clip_frac_high"));
+  EXPECT_TRUE(close(s.dual_clip_frac, ref.dual_clip_frac, d_rel, d_abs + share, "dual_clip_frac"));
   EXPECT_TRUE(close(s.ppo_kl, ref.ppo_kl, d_rel, d_abs, "ppo_kl"));
   EXPECT_TRUE(close(s.ratio_mean, ref.ratio_mean, d_rel, d_abs, "ratio_mean"));
   EXPECT_TRUE(close(s.ratio_min, ref.ratio_min, d_rel, d_abs, "ratio_min"));
   EXPECT_TRUE(close(s.ratio_max, ref.ratio_max, d_rel, d_abs, "ratio_max"));
   EXPECT_TRUE(close(s.ref_kl_mean, ref.ref_kl_mean, d_rel, d_abs, "ref_kl_mean"));
-  EXPECT_TRUE(close(s.entropy_mean, ref.entropy_mean, d_rel, d_abs, "entropy_mean"));
-  EXPECT_TRUE(close(s.entropy_kept_mean, ref.entropy_kept_mean, d_rel, d_abs, "entropy_kept_mean"));
-  EXPECT_TRUE(close(s.kept_frac, ref.kept_frac, d_rel, d_abs, "kept_frac"));
-  EXPECT_TRUE(close(s.weight_mean, ref.weight_mean, d_rel, d_abs, "weight_mean"));
-  EXPECT_TRUE(close(s.weight_min, ref.weight_min, d_rel, d_abs, "weight_min"));
-  EXPECT_TRUE(close(s.weight_max, ref.weight_max, d_rel, d_abs, "weight_max"));
+  EXPECT_TRUE(close(s.entropy_mean, ref.entropy_mean, 1e-9, 1e-12, "entropy_mean"));
+  EXPECT_TRUE(close(s.entropy_kept_mean, ref.entropy_kept_mean, 1e-9, 1e-12, "entropy_kept_mean"));
+  EXPECT_TRUE(close(s.kept_frac, ref.kept_frac, 1e-9, 1e-12, "kept_frac"));
+  EXPECT_TRUE(close(s.weight_mean, ref.weight_mean, 1e-9, 1e-12, "weight_mean"));
+  EXPECT_TRUE(close(s.weight_min, ref.weight_min, 1e-9, 1e-12, "weight_min"));
+  EXPECT_TRUE(close(s.weight_max, ref.weight_max, 1e-9, 1e-12, "weight_max"));
   EXPECT_EQ(s.weight_cap_hits, ref.weight_cap_hits);
-  EXPECT_TRUE(close(s.zero_std_group_frac, ref.zero_std_group_frac, d_rel, d_abs, "zero_std_group_frac"));
-  EXPECT_TRUE(close(s.advantage_mean, ref.advantage_mean, d_rel, d_abs, "advantage_mean"));
+  EXPECT_TRUE(close(s.zero_std_group_frac, ref.zero_std_group_frac, 1e-9, 1e-12, "zero_std_group_frac"));
+  EXPECT_TRUE(close(s.advantage_mean, ref.advantage_mean, 1e-9, 1e-12, "advantage_mean"));
   EXPECT_TRUE(close(s.advantage_std, ref.advantage_std, 1e-8, 1e-10, "advantage_std"));
   for (int k = 0; k < 3; ++k)
     EXPECT_TRUE(close(s.token_variance[k], ref.token_variance[k], d_rel, d_abs, "token_variance[" + std::to_string(k) + "]"));

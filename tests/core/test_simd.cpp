@@ -285,6 +285,269 @@ TEST(Simd, KlEstimatorsMatchScalarLaneByLane) {
   }
 }
 
+// ---- packs of floats (float inputs) against the double math on the same float inputs ------------
+//
+// The bounds of docs/conventions.md, "Precision", in units of u = 2^-24.
+
+constexpr int FL = 2 * W;
+using FP = reco::simd::fpack<FL>;
+const double unit = std::ldexp(1.0, -24);
+
+// |got - want| / |want|, in units of u (0 when both are 0; huge when only one is NaN or inf).
+double rel_u(double got, double want) {
+  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want) ? 0 : 1e300;
+  if (std::isinf(got) || std::isinf(want)) return got == want ? 0 : 1e300;
+  if (want == 0) return got == 0 ? 0 : 1e300;
+  return std::fabs(got - want) / std::fabs(want) / unit;
+}
+
+// exp, expm1 and expm1(x) - x of n floats (n a multiple of L) at L lanes.
+template <int L>
+RECO_SIMD_INLINE void fexp_lanes(const float* x, float* e, float* em1, float* excess, int n) {
+  using Q = reco::simd::fpack<L>;
+  for (int k = 0; k < n; k += L) {
+    const Q v = reco::simd::fload<L>(x + k);
+    reco::simd::fstore<L>(e + k, reco::simd::exp(v));
+    Q m;
+    const Q ex = reco::detail::lanes<Q>::expm1_excess(v, m);
+    reco::simd::fstore<L>(em1 + k, m);
+    reco::simd::fstore<L>(excess + k, ex);
+  }
+}
+void fexp_unit(const float* x, float* e, float* em1, float* excess, int n) { fexp_lanes<FL>(x, e, em1, excess, n); }
+#if RECO_SIMD_DISPATCH_AVX512
+RECO_SIMD_TARGET_AVX512 void fexp_avx512(const float* x, float* e, float* em1, float* excess, int n) {
+  fexp_lanes<16>(x, e, em1, excess, n);
+}
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+RECO_SIMD_TARGET_AVX2 void fexp_avx2(const float* x, float* e, float* em1, float* excess, int n) {
+  fexp_lanes<8>(x, e, em1, excess, n);
+}
+#endif
+
+void check_fexp(void (*fn)(const float*, float*, float*, float*, int), const std::string& name) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<float> x;
+  for (double scale : {1e-30, 1e-7, 1e-3, 0.1, 0.35, 0.7, 3.0, 20.0, 88.0}) {
+    for (int k = 0; k < 20000; ++k) x.push_back(static_cast<float>(scale * u(rng)));
+  }
+  for (int k = 0; k < 4000; ++k) x.push_back(static_cast<float>(-87.0 - 16.0 * std::fabs(u(rng))));  // subnormal
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float s : {0.0f, -0.0f, 88.72f, 88.73f, 89.0f, 100.0f, -103.9f, -104.0f, -200.0f, inf, -inf,
+                  std::numeric_limits<float>::quiet_NaN(), 0.34657359f, -0.34657359f, 0.34657360f})
+    x.push_back(s);
+  while (x.size() % 16 != 0) x.push_back(1.0f);
+  const int n = static_cast<int>(x.size());
+  std::vector<float> e(x.size()), em1(x.size()), ex(x.size());
+  fn(x.data(), e.data(), em1.data(), ex.data(), n);
+  const double smallest = std::numeric_limits<float>::min();
+  for (int k = 0; k < n; ++k) {
+    const long double xd = x[k];
+    const double we = static_cast<double>(expl(xd)), wm = static_cast<double>(expm1l(xd));
+    const double wx = static_cast<double>(expm1l(xd) - xd);
+    const std::string at = name + " x = " + std::to_string(x[k]);
+    // Results below the normal range are subnormals: one spacing (2^-149) absolute there.
+    if (std::fabs(we) < smallest) {
+      ASSERT_LE(std::fabs(e[k] - we), std::ldexp(1.0, -149)) << at;
+    } else if (we > std::numeric_limits<float>::max()) {
+      ASSERT_TRUE(std::isinf(e[k])) << at;
+    } else {
+      ASSERT_LE(rel_u(e[k], we), 2.0) << at << " exp " << e[k] << " vs " << we;
+    }
+    if (std::fabs(wm) >= smallest && std::fabs(wm) <= std::numeric_limits<float>::max()) {
+      ASSERT_LE(rel_u(em1[k], wm), 3.0) << at << " expm1 " << em1[k] << " vs " << wm;
+    }
+    if (std::fabs(wx) >= smallest && std::fabs(wx) <= std::numeric_limits<float>::max()) {
+      ASSERT_LE(rel_u(ex[k], wx), 16.0) << at << " expm1(x) - x " << ex[k] << " vs " << wx;
+    }
+  }
+}
+
+TEST(SimdFloat, ExpExpm1AndExcessWithinTheirBounds) {
+  check_fexp(fexp_unit, "unit width");
+#if RECO_SIMD_DISPATCH_AVX512
+  if (reco::simd::dispatch() == reco::simd::level::avx512) check_fexp(fexp_avx512, "avx512");
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+  if (reco::simd::dispatch() != reco::simd::level::baseline) check_fexp(fexp_avx2, "avx2");
+#endif
+}
+
+TEST(SimdFloat, BernoulliVarianceWithinItsBoundAndFloored) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double smallest = std::numeric_limits<float>::min();
+  for (int k = 0; k < 40000; k += FL) {
+    float x[FL];
+    for (float& v : x) {
+      const double r = u(rng);
+      v = static_cast<float>(r < 0.2 ? -1e-6 * u(rng)
+                                     : (r < 0.4 ? -std::ldexp(u(rng), -(static_cast<int>(u(rng) * 30))) : -100.0 * u(rng)));
+    }
+    x[0] = k == 0 ? 0.0f : x[0];
+    for (double floor : {0.0, 1e-40, 1e-12}) {
+      const FP got = reco::detail::bernoulli_variance(reco::simd::fload<FL>(x), floor);
+      for (int j = 0; j < FL; ++j) {
+        const double f = std::max(floor, smallest);  // the float floor is at least 2^-126
+        const double want = std::max(reco::detail::bernoulli_variance(static_cast<double>(x[j]), 0.0), f);
+        ASSERT_LE(rel_u(got[j], want), 4.0) << "logq " << x[j] << " floor " << floor;
+      }
+    }
+  }
+}
+
+// The float inputs of random_lanes: each lane's values rounded to float.
+struct float_lanes {
+  float logp[FL], old_logp[FL], ref_logp[FL], entropy[FL];
+};
+float_lanes random_float_lanes(std::mt19937_64& rng) {
+  float_lanes f;
+  for (int half = 0; half < 2; ++half) {
+    const lane_inputs in = random_lanes(rng);
+    for (int j = 0; j < W; ++j) {
+      f.logp[half * W + j] = static_cast<float>(in.logp[j]);
+      f.old_logp[half * W + j] = static_cast<float>(in.old_logp[j]);
+      f.ref_logp[half * W + j] = static_cast<float>(in.ref_logp[j]);
+      f.entropy[half * W + j] = static_cast<float>(in.entropy[j]);
+    }
+  }
+  return f;
+}
+
+// A component's float pack math against its double math on the same float inputs: x, loss and
+// gradient weight within (16 + |l|) u of the double values (the table's bounds for each form, and
+// a margin for the forms it does not list), plus an absolute floor of 4u at the scale of A x (SAPO's
+// 1 - sigmoid cancels near 1). A token whose ratio sits within that bound of a threshold may take
+// the other branch: at most one in 10,000 lanes may.
+template <class Obj>
+void expect_float_surrogates_within_bound(const Obj& obj, const std::string& name) {
+  std::mt19937_64 rng(11);
+  int lanes = 0, flips = 0;
+  for (double advantage : {-1.3, 0.0, 0.7}) {
+    for (double seq : {-0.3, 0.2, 11.0}) {
+      for (int rep = 0; rep < 100; ++rep) {
+        const float_lanes in = random_float_lanes(rng);
+        reco::basic_token_context<FP> c;
+        c.logp = reco::simd::fload<FL>(in.logp);
+        c.old_logp = reco::simd::fload<FL>(in.old_logp);
+        c.entropy = reco::simd::fload<FL>(in.entropy);
+        c.advantage = advantage;
+        c.sequence_log_ratio = seq;
+        c.entropy_quantile = 1.5;
+        const reco::basic_surrogate_value<FP> sp = reco::detail::policy_surrogate(obj, c);
+        for (int j = 0; j < FL; ++j) {
+          reco::token_context s;
+          s.logp = in.logp[j];
+          s.old_logp = in.old_logp[j];
+          s.entropy = in.entropy[j];
+          s.advantage = advantage;
+          s.sequence_log_ratio = seq;
+          s.entropy_quantile = 1.5;
+          const reco::surrogate_value sv = reco::detail::policy_surrogate(obj, s);
+          ++lanes;
+          if ((sp.clipped.v[j] != 0) != sv.clipped || (sp.dual.v[j] != 0) != sv.dual) {
+            ++flips;
+            continue;
+          }
+          // Beyond float's range (no clamp, l > 88.7) the float ratio is inf, as double's is
+          // beyond 709.
+          if (std::fabs(sv.x) > std::numeric_limits<float>::max()) {
+            ASSERT_TRUE(std::isinf(sp.x[j])) << name << ": x " << sp.x[j] << " vs " << sv.x;
+            continue;
+          }
+          const double l = std::fabs(s.logp - s.old_logp);  // (beyond a clamp's L: only exp's own error)
+          const double rel = (16 + l) * unit;
+          const double floor = 4 * unit * (1 + std::fabs(sv.x)) * (1 + std::fabs(advantage));
+          auto near = [&](double a, double b) { return std::fabs(a - b) <= rel * std::fabs(b) + floor; };
+          const std::string at = name + ": A " + std::to_string(advantage) + ", logp " + std::to_string(s.logp) +
+                                 ", old " + std::to_string(s.old_logp);
+          ASSERT_TRUE(near(sp.x[j], sv.x)) << at << ": x " << sp.x[j] << " vs " << sv.x;
+          ASSERT_TRUE(near(sp.loss[j], sv.loss)) << at << ": loss " << sp.loss[j] << " vs " << sv.loss;
+          ASSERT_TRUE(near(sp.grad[j], sv.grad)) << at << ": grad " << sp.grad[j] << " vs " << sv.grad;
+        }
+      }
+    }
+  }
+  EXPECT_LE(flips, lanes / 10000) << name << ": branch decisions differing from double";
+}
+
+TEST(SimdFloat, RatioFormsAndClipsWithinTheBound) {
+  for (double clamp : {20.0, 0.25, 0.0}) {
+    obj_t<reco::token_ratio> o;
+    o.ratio.params.log_ratio_clamp = clamp;
+    expect_float_surrogates_within_bound(o, "token ratio, clamp " + std::to_string(clamp));
+    obj_t<reco::variance_ratio> v;
+    v.ratio.params.log_ratio_clamp = clamp;
+    expect_float_surrogates_within_bound(v.prepared(), "variance ratio, clamp " + std::to_string(clamp));
+    obj_t<reco::flipped_ratio> f;
+    f.ratio.params.log_ratio_clamp = clamp;
+    f.ratio.params.flip_all = true;
+    expect_float_surrogates_within_bound(f, "flipped ratio (all), clamp " + std::to_string(clamp));
+    obj_t<reco::cispo_ratio, reco::no_clip> ci;
+    ci.ratio.params.log_ratio_clamp = clamp;
+    expect_float_surrogates_within_bound(ci, "cispo, clamp " + std::to_string(clamp));
+    obj_t<reco::sapo_ratio, reco::no_clip> sa;
+    sa.ratio.params.log_ratio_clamp = clamp;
+    expect_float_surrogates_within_bound(sa, "sapo, clamp " + std::to_string(clamp));
+  }
+  expect_float_surrogates_within_bound(obj_t<reco::gmpo_ratio, reco::no_clip>{}, "gmpo");
+  for (auto div : {reco::dppo_divergence::tv, reco::dppo_divergence::binary_kl}) {
+    obj_t<reco::dppo_ratio, reco::no_clip> d;
+    d.ratio.params.divergence = div;
+    expect_float_surrogates_within_bound(d, "dppo " + std::to_string(static_cast<int>(div)));
+  }
+  for (auto mode : {reco::dual_clip_mode::off, reco::dual_clip_mode::hard, reco::dual_clip_mode::soft}) {
+    obj_t<reco::token_ratio> o;
+    o.clip.params.dual_clip = mode;
+    o.clip.params.dual_clip_c = 1.3;
+    expect_float_surrogates_within_bound(o, "ppo clip, dual mode " + std::to_string(static_cast<int>(mode)));
+    obj_t<reco::flipped_ratio> f;
+    f.clip.params = o.clip.params;
+    expect_float_surrogates_within_bound(f, "flipped + ppo clip (ASPO), dual mode " + std::to_string(static_cast<int>(mode)));
+  }
+}
+
+TEST(SimdFloat, KlEstimatorsWithinTheBound) {
+  std::mt19937_64 rng(5);
+  for (auto est : {reco::kl_estimator::k1, reco::kl_estimator::abs, reco::kl_estimator::k2, reco::kl_estimator::k3}) {
+    reco::kl_penalty kl;
+    kl.params.estimator = est;
+    int lanes = 0, flips = 0;
+    for (int rep = 0; rep < 2000; ++rep) {
+      float_lanes in = random_float_lanes(rng);
+      if (rep == 0) in.ref_logp[0] = in.logp[0];  // d = 0
+      if (rep == 1) in.ref_logp[1] = in.logp[1] - 1e-6f;
+      const reco::basic_kl_value<FP> kp =
+          kl.estimate(reco::simd::fload<FL>(in.logp), reco::simd::fload<FL>(in.ref_logp));
+      for (int j = 0; j < FL; ++j) {
+        const reco::kl_value ks = kl.eval(in.logp[j], in.ref_logp[j]);
+        ++lanes;
+        // A clamp edge (|e| = 20, k3 = 10) or the sign of d = 0 may come out the other way.
+        if ((kp.grad[j] == 0) != (ks.grad == 0)) {
+          ++flips;
+          continue;
+        }
+        const long double es = static_cast<long double>(in.ref_logp[j]) - in.logp[j];  // e, exact
+        const double e = std::fabs(static_cast<double>(es));
+        // k3's value to the last bit: e^e - 1 - e by its series for small e (the double path's
+        // expm1(e) - e cancels: 2^-52 / |e| relative).
+        double want = ks.value;
+        if (est == reco::kl_estimator::k3 && ks.grad != 0) {
+          want = e < 1e-3 ? static_cast<double>(es * es / 2 + es * es * es / 6 + es * es * es * es / 24)
+                          : static_cast<double>(expm1l(es) - es);
+        }
+        const std::string at = "estimator " + std::to_string(static_cast<int>(est)) + " d " + std::to_string(-e);
+        ASSERT_LE(std::fabs(kp.value[j] - want), (16 + e) * unit * std::fabs(want) + 1e-300)
+            << at << ": " << kp.value[j] << " vs " << want;
+        ASSERT_LE(std::fabs(kp.grad[j] - ks.grad), (3 + e) * unit * std::fabs(ks.grad) + 1e-300) << at;
+      }
+    }
+    EXPECT_LE(flips, lanes / 10000) << "estimator " << static_cast<int>(est);
+  }
+}
+
 // ---- the packed objective against the scalar one -----------------------------------------------
 
 template <class T>
@@ -314,41 +577,68 @@ bool same_bits(const reco::objective_result& a, const reco::objective_result& b)
   return std::memcmp(&a, &b, offsetof(reco::objective_result, status)) == 0 && a.status == b.status;
 }
 
+// The packed path against the scalar one on the same inputs. Double inputs: both in double, to
+// the last bits. Float inputs: the packed path computes in float, the scalar one in double, so
+// they agree within the precision policy's bound (docs/conventions.md, "Precision": 36u per term
+// with the default clamps, 40u allowed here), and a token whose term sits within that bound of a
+// branch's threshold may take the other branch (at most one in 10,000, plus one).
 template <class T, class Obj>
 void expect_paths_agree(const Obj& obj, const master_batch& m, const std::string& label) {
   SCOPED_TRACE(label);
+  constexpr bool single = std::is_same_v<T, float>;
   const run_out<T> a = run_path<T>(obj, m, true), b = run_path<T>(obj, m, false);
   const double scale = std::max({std::fabs(b.r.policy_loss), std::fabs(b.r.kl_loss), std::fabs(b.r.entropy_loss), 1e-6});
-  EXPECT_TRUE(near(a.r.loss, b.r.loss, 1e-12, 1e-14 * scale)) << a.r.loss << " vs " << b.r.loss;
-  EXPECT_TRUE(near(a.r.policy_loss, b.r.policy_loss, 1e-12, 1e-14 * scale));
-  EXPECT_TRUE(near(a.r.kl_loss, b.r.kl_loss, 1e-12, 1e-14 * scale));
-  EXPECT_TRUE(near(a.r.entropy_loss, b.r.entropy_loss, 1e-12, 1e-14 * scale));
+  double gmax = 0, gsum = 0;
+  for (T x : b.g) {
+    gmax = std::max(gmax, std::fabs(static_cast<double>(x)));
+    gsum += std::fabs(static_cast<double>(x));
+  }
+  // Float: the bound is relative to the terms' magnitudes, not to their sum (GRPO's advantages
+  // sum to 0 per group, so the policy loss cancels). |loss term| = |gradient term| for every
+  // unclipped token; a clipped one has no gradient, hence the division by the unclipped share.
+  const double terms = gsum / std::max(0.05, 1 - b.r.stats.clip_frac - b.r.stats.dual_clip_frac);
+  const double rel = single ? 40 * unit : 1e-12, abs = single ? 40 * unit * terms + 1e-14 * scale : 1e-14 * scale;
+  EXPECT_TRUE(near(a.r.loss, b.r.loss, rel, abs)) << a.r.loss << " vs " << b.r.loss;
+  EXPECT_TRUE(near(a.r.policy_loss, b.r.policy_loss, rel, abs));
+  EXPECT_TRUE(near(a.r.kl_loss, b.r.kl_loss, rel, abs));
+  EXPECT_TRUE(near(a.r.entropy_loss, b.r.entropy_loss, rel, abs));
   const auto &s = a.r.stats, &t = b.r.stats;
   EXPECT_EQ(s.valid_tokens, t.valid_tokens);
   EXPECT_EQ(s.policy_tokens, t.policy_tokens);
-  EXPECT_EQ(s.clip_frac, t.clip_frac);
-  EXPECT_EQ(s.clip_frac_low, t.clip_frac_low);
-  EXPECT_EQ(s.clip_frac_high, t.clip_frac_high);
-  EXPECT_EQ(s.dual_clip_frac, t.dual_clip_frac);
+  const double flips = single ? (1.0 + static_cast<double>(t.policy_tokens) / 10000) /
+                                    std::max<double>(1.0, static_cast<double>(t.policy_tokens))
+                              : 0.0;
+  EXPECT_TRUE(near(s.clip_frac, t.clip_frac, 0, flips)) << s.clip_frac << " vs " << t.clip_frac;
+  EXPECT_TRUE(near(s.clip_frac_low, t.clip_frac_low, 0, flips));
+  EXPECT_TRUE(near(s.clip_frac_high, t.clip_frac_high, 0, flips));
+  EXPECT_TRUE(near(s.dual_clip_frac, t.dual_clip_frac, 0, flips));
   EXPECT_EQ(s.kept_frac, t.kept_frac);
-  for (double reco::diagnostics::*f : {&reco::diagnostics::ppo_kl, &reco::diagnostics::ratio_mean,
-                                         &reco::diagnostics::ratio_min, &reco::diagnostics::ratio_max,
-                                         &reco::diagnostics::ref_kl_mean, &reco::diagnostics::entropy_mean,
-                                         &reco::diagnostics::entropy_kept_mean})
-    EXPECT_TRUE(near(s.*f, t.*f, 1e-12, 1e-15));
-  for (int k = 0; k < 3; ++k) EXPECT_TRUE(near(s.token_variance[k], t.token_variance[k], 1e-12, 1e-18));
-  double gmax = 0;
-  for (T x : b.g) gmax = std::max(gmax, std::fabs(static_cast<double>(x)));
-  const double rel = std::is_same_v<T, float> ? 1.2e-7 : 1e-12;
+  const double drel = single ? 40 * unit : 1e-12;
+  for (double reco::diagnostics::*f : {&reco::diagnostics::ratio_mean, &reco::diagnostics::ratio_min,
+                                         &reco::diagnostics::ratio_max, &reco::diagnostics::ref_kl_mean,
+                                         &reco::diagnostics::entropy_mean, &reco::diagnostics::entropy_kept_mean})
+    EXPECT_TRUE(near(s.*f, t.*f, drel, 1e-15)) << s.*f << " vs " << t.*f;
+  // ppo_kl is a mean of log-ratios of both signs: its error is relative to their magnitudes
+  // (u |l| each), not to the mean.
+  EXPECT_TRUE(near(s.ppo_kl, t.ppo_kl, drel, single ? 1e-6 : 1e-15)) << s.ppo_kl << " vs " << t.ppo_kl;
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(near(s.token_variance[k], t.token_variance[k], drel, 1e-18));
+  // A gradient adds the policy and KL parts: float's bound is relative to their magnitudes, so
+  // near a cancellation (beta = 0.1 below) it is at the scale of the largest gradient.
+  const double gabs = single ? 40 * unit * gmax : 1e-14 * gmax;
+  std::size_t off = 0;
   for (std::size_t k = 0; k < m.logp.size(); ++k) {
-    ASSERT_TRUE(near(a.g[k], b.g[k], rel, 1e-14 * gmax)) << "token " << k << ": " << a.g[k] << " vs " << b.g[k];
+    if (!near(a.g[k], b.g[k], rel, gabs)) {
+      ASSERT_TRUE(single) << "token " << k << ": " << a.g[k] << " vs " << b.g[k];
+      ++off;
+    }
     if (!m.mask[k]) {
       ASSERT_EQ(std::memcmp(&a.g[k], &b.g[k], sizeof(T)), 0) << "masked token " << k;
     }
     if (Obj::has_entropy_gradient) {
-      ASSERT_EQ(a.gh[k], b.gh[k]) << "token " << k;
+      ASSERT_TRUE(near(a.gh[k], b.gh[k], single ? 4 * unit : 0.0, 0.0)) << "token " << k;
     }
   }
+  EXPECT_LE(off, 1 + m.logp.size() / 10000) << "gradients beyond the bound (branch flips)";
 }
 
 template <class Obj>

@@ -1,10 +1,10 @@
-// A host emulation of the fused CUDA objective: the same plan, scratch layout, kernel arguments
-// and per-response / per-token step functions as the device path, walked serially in the
-// kernels' block / tile / thread order (each thread's response view carries over between its
-// tiles as on the device). The warp and block reductions are replaced by serial merges, and the
-// sort-based fallbacks run on the CPU backend. It checks on a machine without a GPU everything
-// of the fused path except the device mechanics (shuffles, CUB block reductions, vector loads,
-// tickets), which the GPU tests check against the generic CUDA path.
+// A host emulation of the fused CUDA objective: the same launch configuration, scratch layout,
+// kernel arguments and per-response / per-token step functions as the device path, walked
+// serially in the kernels' block / tile / thread order (each thread's response view carries over
+// between its tiles as on the device). The warp and block reductions are replaced by serial
+// merges, and the sort-based fallbacks run on the CPU backend. It checks on a machine without a
+// GPU everything of the fused path except the device mechanics (shuffles, CUB block reductions,
+// vector loads, tickets), which the GPU tests check against the generic CUDA path.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,7 @@
 #include "reco/backend/cpu.hpp"
 #include "reco/fused/call_args.hpp"
 #include "reco/fused/layout.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/response_step.hpp"
 #include "reco/fused/token_step.hpp"
 #include "reco/workspace.hpp"
@@ -42,7 +42,7 @@ struct emulation_options {
 
 struct emulation_result {
   reco::objective_result result;
-  fused::plan plan;
+  fused::launch_config launch;
 };
 
 // `step_plan`: a call of a split step (the plan's slice, host memory), as
@@ -64,10 +64,10 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   emulation_result out;
   const fused::shape sh{R, N, P};
   const fused::stages st = step_plan ? planned_stages(fused::stages_of(obj)) : fused::stages_of(obj);
-  const fused::plan p = fused::make_plan(sh, st, opt.device,
+  const fused::launch_config p = fused::make_launch_config(sh, st, opt.device,
                                          fused::token_pointers_of<Obj>(batch, grads), opt.vector_loads,
                                          opt.max_blocks);
-  out.plan = p;
+  out.launch = p;
   const std::size_t bytes = fused::scratch_bytes(sh, p);
   std::unique_ptr<std::byte, void (*)(void*)> buffer(
       static_cast<std::byte*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256)), std::free);

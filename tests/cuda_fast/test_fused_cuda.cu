@@ -462,7 +462,7 @@ TEST(CudaFused, GraphCaptureReplaysWithTwoKernels) {
     cudaGraphExec_t exec = capture(obj, ws, &res, kernels);
     if (expected_kernels > 0) {
       EXPECT_EQ(kernels, expected_kernels) << "kernel launches of one call";
-      const auto plan = reco::fused::plan_call(obj, reco::cuda_fused(stream.s), d.v,
+      const auto plan = reco::fused::launch_config_for(obj, reco::cuda_fused(stream.s), d.v,
                                                reco::gradients<float>{g_graph.span(), {}});
       EXPECT_EQ(plan.fused_kernels, expected_kernels) << "the planner's count";
       EXPECT_TRUE(plan.vector_loads) << "cudaMalloc'd arrays take the vector path";
@@ -529,8 +529,8 @@ TEST(CudaFused, ScalarAndVectorPathsGiveTheSameBits) {
   const ps::reco obj;
   const reco::cuda_fused be(stream.s);
   const reco::gradients<float> ga{g_aligned.span(), {}}, gs{reco::span<float>(g_shift.ptr + 1, N), {}};
-  EXPECT_TRUE(reco::fused::plan_call(obj, be, d.v, ga).vector_loads);
-  EXPECT_FALSE(reco::fused::plan_call(obj, be, v, gs).vector_loads);
+  EXPECT_TRUE(reco::fused::launch_config_for(obj, be, d.v, ga).vector_loads);
+  EXPECT_FALSE(reco::fused::launch_config_for(obj, be, v, gs).vector_loads);
   reco::workspace<reco::cuda_fused> ws;
   const auto ra = obj(be, d.v, ga, ws);
   const auto rs = obj(be, v, gs, ws);

@@ -1,4 +1,4 @@
-// Host tests of the fused CUDA objective, runnable without a GPU: the launch planner, the scratch
+// Host tests of the fused CUDA objective, runnable without a GPU: the launch configuration, the scratch
 // layout, the last-block ticket protocol, and the host emulation of the fused stages (the same
 // step functions the kernels run) against the generic CPU path for every preset and the
 // component combinations with their own stages.
@@ -16,7 +16,7 @@
 #include "core/step_split.hpp"
 #include "cuda_fast/fused_emulation.hpp"
 #include "reco/fused/layout.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/ticket.hpp"
 #include "reco/reco.hpp"
 
@@ -29,7 +29,7 @@ using reco_test::master_batch;
 using reco_test::typed_batch;
 namespace fused = reco::fused;
 
-// ---- launch planning -------------------------------------------------------------------------
+// ---- launch configuration -------------------------------------------------------------------------
 
 TEST(FusedPlan, GridsCoverTheWorkWithinResidency) {
   EXPECT_EQ(fused::grid_for(5, 132, 2, 0), 5);      // less work than the device holds
@@ -44,7 +44,7 @@ TEST(FusedPlan, TokenTilesUse64BitArithmeticAt64MAndBeyond) {
   const fused::device_limits h100{132, 2, 2, 2};
   fused::token_pointers none;
   for (index_t n : {index_t(64) << 20, (index_t(1) << 31) + 12345, index_t(1) << 40}) {
-    const fused::plan p = fused::make_plan({n / 512, n, n / 4096}, {}, h100, none, true, 0);
+    const fused::launch_config p = fused::make_launch_config({n / 512, n, n / 4096}, {}, h100, none, true, 0);
     EXPECT_EQ(p.tiles, (n + fused::token_tile - 1) / fused::token_tile);
     EXPECT_EQ(p.token_grid, 264) << "grid-stride: the grid never grows with N";
     EXPECT_EQ(p.response_grid, 264);
@@ -52,7 +52,7 @@ TEST(FusedPlan, TokenTilesUse64BitArithmeticAt64MAndBeyond) {
         << "the grid-stride loop reaches every token";
   }
   // More than 65,535 responses and groups: one dimension of blocks, grid-stride over groups.
-  const fused::plan p = fused::make_plan({200000, 600000, 100000}, {}, h100, none, true, 0);
+  const fused::launch_config p = fused::make_launch_config({200000, 600000, 100000}, {}, h100, none, true, 0);
   EXPECT_EQ(p.response_grid, 264);
   EXPECT_LT(p.response_grid, 65536);
 }
@@ -61,10 +61,10 @@ TEST(FusedPlan, StagesAndLaunchesPerPreset) {
   const fused::device_limits dev{132, 2, 2, 2};
   fused::token_pointers none;
   const fused::shape sh{1000, 500000, 125};
-  auto kernels = [&](const auto& obj) { return fused::make_plan(sh, fused::stages_of(obj), dev, none, true, 0); };
+  auto kernels = [&](const auto& obj) { return fused::make_launch_config(sh, fused::stages_of(obj), dev, none, true, 0); };
   namespace ps = reco::presets;
   // Two fused kernels and no generic pass for every preset without a selector.
-  for (const fused::plan& p : {kernels(ps::grpo{}), kernels(ps::dr_grpo{}), kernels(ps::dapo{}), kernels(ps::gspo{}),
+  for (const fused::launch_config& p : {kernels(ps::grpo{}), kernels(ps::dr_grpo{}), kernels(ps::dapo{}), kernels(ps::gspo{}),
                                kernels(ps::cispo{}), kernels(ps::aspo{}), kernels(ps::reco{}), kernels(ps::reco_no_cap{}),
                                kernels(ps::reco_response_only{}), kernels(ps::reco_token_only{}),
                                kernels(ps::dapo_reco{})}) {
@@ -72,7 +72,7 @@ TEST(FusedPlan, StagesAndLaunchesPerPreset) {
     EXPECT_EQ(p.finalize_grid, 0);
     EXPECT_FALSE(p.generic_selection || p.generic_kept_counts || p.generic_entropy_quantile);
   }
-  for (const fused::plan& p : {kernels(ps::rule_80_20{}), kernels(ps::rule_80_20_reco{})}) {
+  for (const fused::launch_config& p : {kernels(ps::rule_80_20{}), kernels(ps::rule_80_20_reco{})}) {
     EXPECT_EQ(p.fused_kernels, 2);
     EXPECT_TRUE(p.generic_selection);
     EXPECT_FALSE(p.generic_kept_counts) << "the presets divide by all valid tokens";
@@ -115,8 +115,8 @@ TEST(FusedPlan, VectorPathOnlyForAlignedArrays) {
   odd_mask.add_value(values);
   odd_mask.add_bytes(mask + 2);
   EXPECT_FALSE(fused::vector_aligned(odd_mask));
-  const fused::plan with = fused::make_plan({1, 4096, 1}, {}, {1, 1, 1, 1}, p, true, 0);
-  const fused::plan without = fused::make_plan({1, 4096, 1}, {}, {1, 1, 1, 1}, p, false, 0);
+  const fused::launch_config with = fused::make_launch_config({1, 4096, 1}, {}, {1, 1, 1, 1}, p, true, 0);
+  const fused::launch_config without = fused::make_launch_config({1, 4096, 1}, {}, {1, 1, 1, 1}, p, false, 0);
   EXPECT_TRUE(with.vector_loads);
   EXPECT_FALSE(without.vector_loads);
 }
@@ -155,7 +155,7 @@ TEST(FusedPlan, BytesPerToken) {
 
 template <class Obj>
 void check_layout(const fused::shape& sh) {
-  const fused::plan p = fused::make_plan(sh, fused::stages_of(Obj{}), {8, 2, 2, 2}, {}, true, 0);
+  const fused::launch_config p = fused::make_launch_config(sh, fused::stages_of(Obj{}), {8, 2, 2, 2}, {}, true, 0);
   const std::size_t bytes = fused::scratch_bytes(sh, p);
   std::vector<std::byte> buffer(bytes + 256);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(buffer.data()) + 255) / 256 * 256);
@@ -222,7 +222,7 @@ TEST(FusedLayout, SteadyStateNeedsNoGrowth) {
   auto bytes = [&](const fused::shape& sh) {
     const reco::presets::rule_80_20_reco o;
     return fused::scratch_bytes(
-        sh, fused::make_plan(sh, fused::stages_of(o), dev, {}, true, 0));
+        sh, fused::make_launch_config(sh, fused::stages_of(o), dev, {}, true, 0));
   };
   const std::size_t big = bytes({4096, 2 << 20, 512});
   EXPECT_LE(bytes({4000, 2 << 20, 500}), big);
@@ -260,6 +260,17 @@ TEST(FusedTicket, EpochsAreFreshAndNonZero) {
 }
 
 // ---- host emulation against the generic CPU path ---------------------------------------------
+
+// The generic path the fused one is held to: the CPU backend's scalar token pass for float
+// inputs (the fused kernels compute float inputs' per-token terms in double, as it does; the
+// packed pass computes them in float, docs/conventions.md "Precision"), its default packed pass
+// for double inputs.
+template <class T>
+reco::cpu generic_backend() {
+  reco::cpu be;
+  be.vectorise = !std::is_same_v<T, float>;
+  return be;
+}
 
 // Gradients: the per-token arithmetic is the generic token pass's, but the CPU backend may
 // evaluate it with SIMD math functions (a different last bit of exp / log), and batch-wide
@@ -320,7 +331,7 @@ void compare(const Obj& obj, const master_batch& m, const fused_test::emulation_
   const bool eg = Obj::has_entropy_gradient;
   reco::workspace<reco::cpu> ws;
   const reco::objective_result generic =
-      obj(reco::cpu{}, h.view(), reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws);
+      obj(generic_backend<T>(), h.view(), reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws);
   const auto fusedr = fused_test::emulate(
       obj, h.view(), reco::gradients<T>{g_fus, eg ? reco::span<T>(gh_fus) : reco::span<T>()}, {}, opt);
   expect_same_result(fusedr.result, generic);
@@ -441,12 +452,12 @@ reco::step_plan compare_planned(const Obj& obj, const master_batch& m, const std
     const auto n = sp.subs[p].logp.size();
     std::vector<T> g_gen(n, T(-3)), gh_gen(n, T(-3)), g_fus(n, T(-5)), gh_fus(n, T(-5));
     const reco::objective_result generic =
-        obj(reco::cpu{}, sp.views[p], reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws,
+        obj(generic_backend<T>(), sp.views[p], reco::gradients<T>{g_gen, eg ? reco::span<T>(gh_gen) : reco::span<T>()}, ws,
             plan, sp.parts[p]);
     const reco::detail::step_slice call = plan.call_for(sp.parts[p].first_response, sp.views[p].layout.responses);
     const auto fusedr = fused_test::emulate(
         obj, sp.views[p], reco::gradients<T>{g_fus, eg ? reco::span<T>(gh_fus) : reco::span<T>()}, {}, opt, &call);
-    EXPECT_EQ(fusedr.plan.finalize_grid, 0) << "a planned call runs no batch stage";
+    EXPECT_EQ(fusedr.launch.finalize_grid, 0) << "a planned call runs no batch stage";
     expect_same_result(fusedr.result, generic);
     for (std::size_t t = 0; t < n; ++t) {
       EXPECT_TRUE(same_gradient(g_fus[t], g_gen[t])) << "token " << t;

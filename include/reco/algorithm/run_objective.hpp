@@ -200,7 +200,8 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
 
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
   be.reduce_tokens(b.layout,
-                   token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator},
+                   token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator,
+                                          wants_diagnostics(be)},
                    merge_fn<token_partial>{}, sc.tokens);
   if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)

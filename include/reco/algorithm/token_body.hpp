@@ -1,6 +1,7 @@
 // The per-token body of the objective, written once over the value type V: double for one token
 // (the CPU's scalar token loop and the fused CUDA token step) or a pack of tokens of one response
-// (the CPU backend's packed loop, reco/backend/cpu/packed_tokens.hpp). The loops load a token's inputs into a basic_token_context,
+// (the CPU backend's packed loop, reco/backend/cpu/packed_tokens.hpp: doubles for double inputs,
+// floats for float inputs; the precision policy is in docs/conventions.md). The loops load a token's inputs into a basic_token_context,
 // call token_body and add up what it returns; the value checks of the per-token inputs are here
 // too (token_value_checks), shared by the CPU response scan and the CUDA token step. So every CPU
 // test also runs the arithmetic the GPU runs.
@@ -75,10 +76,10 @@ RECO_TOKEN_MATH basic_kl_value<V> kl_at(const K& kl, const basic_token_context<V
 template <class V>
 struct token_terms {
   V policy = V(0.0);        // scale * surrogate loss (policy tokens)
+  V surrogate = V(0.0);     // the surrogate loss unscaled (policy tokens)
   V grad = V(0.0);          // d loss / d logp: policy part + KL part; exactly +0 on invalid lanes
   V kl = V(0.0);            // the KL estimator's value, unscaled (valid tokens, KL term on)
   V entropy_grad = V(0.0);  // d loss / d entropy (valid tokens, entropy term on)
-  V variance = V(0.0);      // p (1 - p), p = exp(logp) (valid tokens)
   V ppo_kl = V(0.0);        // old_logp - logp (policy tokens)
   V x = V(1.0);             // the ratio the clip sees (diagnostics; not masked)
   mask_t<V> clipped = false;  // policy tokens in a clipped branch
@@ -101,6 +102,7 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
   if constexpr (std::is_same_v<mask_t<V>, bool>) surrogate = policy;
   if (surrogate) {
     const basic_surrogate_value<V> sv = policy_surrogate(obj, c);
+    r.surrogate = select(policy, sv.loss, V(0.0));
     r.policy = select(policy, scale * sv.loss, V(0.0));
     grad = grad + select(policy, scale * sv.grad, V(0.0));
     r.ppo_kl = select(policy, c.old_logp - c.logp, V(0.0));
@@ -120,8 +122,14 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
   if constexpr (Obj::entropy_type::active) {
     if (term_on(obj.entropy)) r.entropy_grad = select(valid, V(-term_of(obj.entropy).params.coef * coef), V(0.0));
   }
-  r.variance = select(valid, bernoulli_variance(c.logp, 0.0), V(0.0));
   return r;
+}
+
+// The token-variance diagnostic p (1 - p), p = exp(logp), of the valid tokens (lanes): apart
+// from the body, so that a call without diagnostics does not compute it.
+template <class V>
+RECO_TOKEN_MATH V token_variance(const V& logp, const mask_t<V>& valid) {
+  return select(valid, bernoulli_variance(logp, 0.0), V(0.0));
 }
 
 // ---- value checks of the per-token inputs --------------------------------------------------
@@ -143,9 +151,14 @@ struct token_faults {
 // Log-probabilities must be finite and <= 0 (a positive one is usually a negative
 // log-likelihood passed by mistake); entropies finite; token weights finite and >= 0. Each test
 // is false for NaN.
+// (The largest finite value of the lanes' type: float lanes hold float inputs.)
+template <class V>
+RECO_TOKEN_MATH double largest_finite() {
+  return single_precision_v<V> ? double(FLT_MAX) : DBL_MAX;
+}
 template <class V>
 RECO_TOKEN_MATH mask_t<V> bad_log_probability(const V& x) {
-  return !(x <= V(0.0) && x >= V(-DBL_MAX));
+  return !(x <= V(0.0) && x >= V(-largest_finite<V>()));
 }
 template <class V>
 RECO_TOKEN_MATH mask_t<V> bad_finite(const V& x) {
@@ -153,7 +166,7 @@ RECO_TOKEN_MATH mask_t<V> bad_finite(const V& x) {
 }
 template <class V>
 RECO_TOKEN_MATH mask_t<V> bad_weight(const V& x) {
-  return !(x >= V(0.0) && x <= V(DBL_MAX));
+  return !(x >= V(0.0) && x <= V(largest_finite<V>()));
 }
 
 // Ors the checks of the valid tokens (lanes) into `f`. Values of inputs `which` leaves out are

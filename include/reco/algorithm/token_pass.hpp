@@ -95,6 +95,9 @@ struct token_fn {
   T* grad_logp;
   T* grad_entropy;  // null unless an entropy term is on
   bool kept_denominator;
+  // false: the token diagnostics (clip and dual counts, ppo_kl, the ratio's mean / min / max, the
+  // entropy means, the token variances) are neither computed nor accumulated; they read 0.
+  bool diagnostics = true;
 
   RECO_HOST_DEVICE response_values response(index_t i) const {
     response_values v;
@@ -145,6 +148,8 @@ struct token_fn {
       if (keep) {
         p.policy += k.policy;
         p.policy_tokens += 1;
+      }
+      if (keep && diagnostics) {
         if (k.clipped) {
           p.clipped += 1;
           if (c.advantage < 0) p.clip_low += 1;
@@ -167,10 +172,12 @@ struct token_fn {
         if (term_on(obj.entropy)) p.entropy += k.entropy_grad * c.entropy;
       }
       if (grad_entropy) grad_entropy[t] = static_cast<T>(k.entropy_grad);
-      p.entropy_sum += c.entropy;
-      const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
-      p.var_sum[third] += k.variance;
-      p.var_count[third] += 1;
+      if (diagnostics) {
+        p.entropy_sum += c.entropy;
+        const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
+        p.var_sum[third] += token_variance(c.logp, true);
+        p.var_count[third] += 1;
+      }
       grad_logp[t] = static_cast<T>(k.grad);
     }
   }
@@ -182,6 +189,18 @@ struct token_fn {
   }
 };
 
+
+// Whether a call on backend be asks for the token diagnostics: a backend's `diagnostics` flag
+// (reco::cpu), on where it has none.
+template <class B, class = void>
+struct has_diagnostics_flag : std::false_type {};
+template <class B>
+struct has_diagnostics_flag<B, std::void_t<decltype(std::declval<const B&>().diagnostics)>> : std::true_type {};
+template <class B>
+bool wants_diagnostics(const B& be) {
+  if constexpr (has_diagnostics_flag<B>::value) return be.diagnostics;
+  else return true;
+}
 
 // Single-thread step: the result from the partial sums.
 struct result_fn {
@@ -206,8 +225,10 @@ struct result_fn {
     d.dual_clip_frac = ratio(t.dual, t.policy_tokens);
     d.ppo_kl = ratio(t.ppo_kl, t.policy_tokens);
     d.ratio_mean = ratio(t.ratio_sum, t.policy_tokens);
-    d.ratio_min = t.policy_tokens > 0 ? t.ratio_min : 0.0;
-    d.ratio_max = t.policy_tokens > 0 ? t.ratio_max : 0.0;
+    // (min > max: no ratio recorded, the call asked for no diagnostics.)
+    const bool ratios = t.policy_tokens > 0 && t.ratio_min <= t.ratio_max;
+    d.ratio_min = ratios ? t.ratio_min : 0.0;
+    d.ratio_max = ratios ? t.ratio_max : 0.0;
     d.ref_kl_mean = ratio(t.kl_sum, t.valid);
     d.entropy_mean = has_entropy ? ratio(t.entropy_sum, t.valid) : 0.0;
     d.entropy_kept_mean = has_entropy ? ratio(t.entropy_kept_sum, t.policy_tokens) : 0.0;

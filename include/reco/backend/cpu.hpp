@@ -160,11 +160,17 @@ struct cpu {
   static constexpr index_t serial_below = index_t(1) << 16;
   bool serial = false;
 
-  // The per-token passes (the response scan and the token pass) run on packs of doubles
-  // (reco/backend/cpu/: simd.hpp, packed_scan.hpp, packed_tokens.hpp) where the compiler and the
-  // objective's components allow it, at the widest instruction set the CPU runs. false keeps the scalar loops, the device path's
-  // arithmetic token by token (results differ from the packed passes in the last bits).
+  // The per-token passes (the response scan and the token pass) run on packs (reco/backend/cpu/:
+  // simd.hpp, packed_scan.hpp, packed_tokens.hpp) where the compiler and the objective's
+  // components allow it, at the widest instruction set the CPU runs: packs of doubles for double
+  // inputs, of floats for float inputs (docs/conventions.md, "Precision"). false keeps the scalar
+  // loops, the device path's arithmetic token by token in double (for float inputs the results
+  // differ from the packed pass within the policy's bounds; for double ones in the last bits).
   bool vectorise = true;
+  // false: a call computes no token diagnostics (clip and dual fractions, ppo_kl, the ratio's
+  // mean / min / max, the entropy means, the token variances read 0; the losses, the gradients,
+  // the counts and ref_kl_mean are unchanged), so it pays for none of their per-token work.
+  bool diagnostics = true;
   cpu for_work(index_t tokens) const {
     cpu c = *this;
     c.serial = serial || tokens < serial_below;

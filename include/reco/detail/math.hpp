@@ -49,6 +49,12 @@ struct lanes<double> {
     const double v = q * one_minus_q;
     return v > floor ? v : floor;
   }
+  // expm1(x), into em1, and expm1(x) - x (k3's value).
+  RECO_HOST_DEVICE static double expm1_excess(double x, double& em1) {
+    em1 = ::expm1(x);
+    return em1 - x;
+  }
+  static constexpr bool single_precision = false;
 };
 
 // Per-token truth values: bool for double, a lane mask for a pack.
@@ -103,6 +109,20 @@ RECO_TOKEN_MATH V sigmoid(const V& x) {
 template <class V>
 RECO_TOKEN_MATH V bernoulli_variance(const V& logq, double floor) {
   return lanes<V>::bernoulli_variance(logq, floor);
+}
+// expm1(x) into em1 and expm1(x) - x returned: where a lane type computes in float, without
+// the cancellation of the difference for small x (reco/backend/cpu/simd.hpp).
+template <class V>
+RECO_TOKEN_MATH V vexpm1_excess(const V& x, V& em1) {
+  return lanes<V>::expm1_excess(x, em1);
+}
+// Whether V computes in float (the token pass of float inputs; docs/conventions.md, "Precision").
+template <class V>
+inline constexpr bool single_precision_v = lanes<V>::single_precision;
+// 1 - exp(logq), relative-accurate for every q: 1 - q below q = 1/2, -expm1 above.
+template <class V>
+RECO_TOKEN_MATH V one_minus_exp(const V& logq, const V& q) {
+  return select(q < V(0.5), V(1.0) - q, -vexpm1(logq));
 }
 // A value is "inside a clamp" when the clamp does not bite: its derivative passes through.
 template <class V>

@@ -1,6 +1,6 @@
 // The arguments of one fused call's kernels, built from the objective, the batch, the carved
-// scratch and the plan. Host code shared by the CUDA call (fused/objective.cuh) and the host
-// emulation in the tests, so that both run the same stages on the same arguments.
+// scratch and the launch configuration. Host code shared by the CUDA call (fused/objective.cuh)
+// and the host emulation in the tests, so that both run the same stages on the same arguments.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "reco/algorithm/select_tokens.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/fused/layout.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/response_step.hpp"
 #include "reco/fused/token_step.hpp"
 #include "reco/batch.hpp"
@@ -31,7 +31,7 @@ struct call_args {
 // null; `p` was then made for detail::planned_stages.
 template <class Obj, class T>
 call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gradients<T> grads, const scratch& sc,
-                                 const plan& p, const normalisers& norm, std::uint64_t epoch,
+                                 const launch_config& p, const normalisers& norm, std::uint64_t epoch,
                                  const detail::plan_call* step_plan = nullptr) {
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
   // The objective's plan (objective_plan.hpp): the checks split between kernels A and B, the stages.
@@ -101,7 +101,7 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
 // and checks that its kept counts are the plan's.
 template <class Backend, class Obj, class T>
 void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& batch, const scratch& sc,
-                       const plan& p, const normalisers& norm, const detail::plan_call* step_plan = nullptr) {
+                       const launch_config& p, const normalisers& norm, const detail::plan_call* step_plan = nullptr) {
   using namespace detail;
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens;

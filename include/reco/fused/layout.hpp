@@ -9,7 +9,7 @@
 #include "reco/algorithm/objective_plan.hpp"
 #include "reco/algorithm/plan_call.hpp"
 #include "reco/fused/partials.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/workspace.hpp"
 #include "reco/component.hpp"
 #include "reco/result.hpp"
@@ -31,7 +31,7 @@ struct scratch : detail::objective_scratch {
 
   // Two passes: once over carver(nullptr) to measure, once over the reserved buffer. The fused
   // path takes no advantages given per token (refused before the call).
-  void carve(detail::carver& c, const shape& sh, const plan& p) {
+  void carve(detail::carver& c, const shape& sh, const launch_config& p) {
     detail::objective_scratch::carve(c, p.st, /*token_advantages=*/false, sh.responses, sh.groups, sh.tokens);
     tickets = c.take<std::uint64_t>(ticket_slots);
     response_partials = c.take<response_block_partial>(p.response_grid);
@@ -41,8 +41,8 @@ struct scratch : detail::objective_scratch {
   }
 };
 
-// Bytes of scratch a call of this shape and plan needs.
-inline std::size_t scratch_bytes(const shape& sh, const plan& p) {
+// Bytes of scratch a call of this shape and launch configuration needs.
+inline std::size_t scratch_bytes(const shape& sh, const launch_config& p) {
   detail::carver measure(nullptr);
   scratch s;
   s.carve(measure, sh, p);

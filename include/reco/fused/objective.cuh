@@ -33,7 +33,7 @@
 #include "reco/fused/call_args.hpp"
 #include "reco/fused/backend.cuh"
 #include "reco/fused/layout.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/response_kernel.cuh"
 #include "reco/fused/ticket.hpp"
 #include "reco/fused/token_kernel.cuh"
@@ -71,15 +71,16 @@ device_limits limits_for_current_device() {
   return d;
 }
 
-// The plan of one call on the current device (the tests and benchmarks read it too).
+// The launch configuration of one call on the current device (the tests and benchmarks read it
+// too).
 // `planned`: a call of a split step (detail::planned_stages).
 template <class Objective, class T>
-plan plan_call(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch, gradients<T> grads,
+launch_config launch_config_for(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch, gradients<T> grads,
                bool planned = false) {
   const shape sh{batch.layout.responses, batch.logp.size(),
                  batch.group_offsets.size() > 0 ? batch.group_offsets.size() - 1 : 0};
   const stages st = planned ? detail::planned_stages(stages_of(obj)) : stages_of(obj);
-  return make_plan(sh, st, limits_for_current_device<Objective, T>(),
+  return make_launch_config(sh, st, limits_for_current_device<Objective, T>(),
                    token_pointers_of<Objective>(batch, grads), backend.options.vector_loads,
                    backend.options.max_blocks);
 }
@@ -100,7 +101,7 @@ struct objective_algorithm<cuda_fused, Objective> {
     const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
     fused::check_coverage(b.layout, N, P);
 
-    const fused::plan p = fused::plan_call(obj, backend, batch, grads, step_plan != nullptr);
+    const fused::launch_config p = fused::launch_config_for(obj, backend, batch, grads, step_plan != nullptr);
     const fused::shape sh{R, N, P};
     fused::scratch sc;
     carver measure(nullptr);

@@ -23,7 +23,7 @@
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/fused/block_merge.cuh"
 #include "reco/fused/partials.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/response_step.hpp"
 #include "reco/component.hpp"
 
@@ -65,7 +65,8 @@ __device__ inline void sequence_response(const Obj& obj, const detail::batch_poi
 }
 
 template <class Obj, class T>
-__global__ void __launch_bounds__(response_block) response_kernel(const response_args<Obj, T> a) {
+__global__ void __launch_bounds__(response_block, min_blocks_per_sm)
+    response_kernel(const response_args<Obj, T> a) {
   constexpr int warps = response_block / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
@@ -132,7 +133,8 @@ __global__ void __launch_bounds__(response_block) response_kernel(const response
 }
 
 template <class Obj, class T>
-__global__ void __launch_bounds__(finalize_block) finalize_kernel(const finalize_args<Obj, T> a) {
+__global__ void __launch_bounds__(finalize_block, min_blocks_per_sm)
+    finalize_kernel(const finalize_args<Obj, T> a) {
   constexpr int warps = finalize_block / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const index_t warp = static_cast<index_t>(blockIdx.x) * warps + (threadIdx.x >> 5);

@@ -21,7 +21,7 @@
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/fused/block_merge.cuh"
 #include "reco/fused/partials.hpp"
-#include "reco/fused/launch_plan.hpp"
+#include "reco/fused/launch_config.hpp"
 #include "reco/fused/token_step.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
@@ -82,7 +82,7 @@ __device__ inline void store_items(V* p, bool vec, int count, const V (&v)[4]) {
 }
 
 template <class Obj, class T>
-__global__ void __launch_bounds__(token_block) token_kernel(const token_args<Obj, T> a) {
+__global__ void __launch_bounds__(token_block, min_blocks_per_sm) token_kernel(const token_args<Obj, T> a) {
   const detail::batch_pointers<T>& b = a.b;
   const token_layout& L = b.layout;
   const index_t N = L.tokens;

@@ -135,16 +135,17 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   acc.entropy_sum += c.entropy;
   // Token variance by thirds of the response's valid span (clamped both ways so that a malformed
   // batch, already flagged in the status, cannot index outside the three bins).
+  const double variance = detail::token_variance(c.logp, true);
   int third = static_cast<int>((3 * (t - v.first)) / v.span);
   third = third > 2 ? 2 : (third < 0 ? 0 : third);
   if (third == 0) {
-    acc.var_sum[0] += k.variance;
+    acc.var_sum[0] += variance;
     ++acc.var_count[0];
   } else if (third == 1) {
-    acc.var_sum[1] += k.variance;
+    acc.var_sum[1] += variance;
     ++acc.var_count[1];
   } else {
-    acc.var_sum[2] += k.variance;
+    acc.var_sum[2] += variance;
     ++acc.var_count[2];
   }
   g_out = static_cast<T>(k.grad);

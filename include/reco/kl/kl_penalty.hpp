@@ -70,8 +70,8 @@ struct kl_penalty {
           e = ec;
         }
         // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d|.
-        const V em1 = detail::vexpm1(e);
-        V v = em1 - e;
+        V em1;
+        V v = detail::vexpm1_excess(e, em1);  // expm1(e) - e, without its cancellation in float
         if (params.clamp) {
           const V vc = detail::clampd(v, -10.0, 10.0);
           passes = passes && vc == v;

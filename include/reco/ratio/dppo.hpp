@@ -68,8 +68,13 @@ struct dppo_ratio {
     const V p = detail::vexp(logp), p_old = detail::vexp(old_logp);
     if (params.divergence == dppo_divergence::tv)
       return positive ? p - p_old <= V(params.eps_high) : p - p_old >= V(-params.eps_low);
-    const V d = p_old * (old_logp - logp) +
-                (V(1.0) - p_old) * detail::vlog((V(1.0) - p_old + V(1e-8)) / (V(1.0) - p + V(1e-8)));
+    // In float, 1 - p from expm1 (1 - p rounded at p -> 1 would be off by more than the 1e-8).
+    V q_old = V(1.0) - p_old, q = V(1.0) - p;
+    if constexpr (detail::single_precision_v<V>) {
+      q_old = detail::one_minus_exp(old_logp, p_old);
+      q = detail::one_minus_exp(logp, p);
+    }
+    const V d = p_old * (old_logp - logp) + q_old * detail::vlog((q_old + V(1e-8)) / (q + V(1e-8)));
     return positive ? (d <= V(params.eps_high) || p <= p_old) : (d <= V(params.eps_low) || p >= p_old);
   }
 

@@ -27,26 +27,43 @@ struct scan_lanes {
   }
 };
 
-// Pass 1's token loop on packs of W tokens: the same checks and sums, the old_logp sum kept per
-// lane (so it rounds differently from the scalar loop), the checks or-ed per lane. Only the span
-// between the first and the last valid token is read as packs.
+// What the response scan accumulates per lane for inputs of type T at W doubles per register
+// (float inputs: packs of 2W floats, checked in float; the old_logp sum widened to double).
+template <class T, int W>
+struct scan_lanes_of {
+  using io = simd::token_io<T, W>;
+  token_faults<typename io::P> faults;
+  simd::pack<W> old_sum = 0.0;
+  typename io::P::counter_type n;
+  RECO_SIMD_INLINE void finish(token_scan& s) const {
+    s.n = static_cast<index_t>(n.total());
+    s.old_sum = simd::sum_lanes(old_sum);
+    s.status |= fault_status(faults);
+  }
+};
+
+// Pass 1's token loop on packs: the same checks and sums, the old_logp sum kept per lane (so it
+// rounds differently from the scalar loop), the checks or-ed per lane. Only the span between the
+// first and the last valid token is read as packs.
 template <class T>
 struct packed_scan {
   template <int W>
-  using lanes_state = scan_lanes<W>;
+  using lanes_state = scan_lanes_of<T, W>;
 
   template <int W>
   static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
                                    token_scan& s) {
     if (!trim_to_valid(f.b.mask, begin, end, s)) return;  // no valid token
     const token_checks which = f.per_token_checks();
+    constexpr int L = simd::token_io<T, W>::L;
     lanes_state<W> st;
     index_t t = s.first;
-    for (; t + W <= s.last + 1; t += W) step<W, true>(f, which, t, W, st);
+    for (; t + L <= s.last + 1; t += L) step<W, true>(f, which, t, L, st);
     if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
     st.finish(s);
   }
 
+  // W doubles from src (plan_scan.hpp's packs of doubles).
   template <int W, bool Full>
   static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
     if constexpr (Full) return simd::load<W>(src);
@@ -56,16 +73,18 @@ struct packed_scan {
   template <int W, bool Full>
   static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, const token_checks& which, index_t t, int n,
                                     lanes_state<W>& st) {
-    using P = simd::pack<W>;
-    using M = simd::mask<W>;
+    using io = simd::token_io<T, W>;
+    using P = typename io::P;
+    using M = typename io::M;
     const batch_pointers<T>& b = f.b;
-    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
-    const P lp = load<W, Full>(b.logp + t, n);
-    const P old = which.old_logp ? load<W, Full>(b.old_logp + t, n) : lp;
-    st.old_sum += simd::select(valid, b.rollout_logp ? load<W, Full>(b.rollout_logp + t, n) : old, P(0.0));
-    const P ref = which.ref_logp ? load<W, Full>(b.ref_logp + t, n) : P(0.0);
-    const P h = which.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
-    const P w = which.token_weights ? load<W, Full>(b.token_weights + t, n) : P(0.0);
+    const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
+    const P lp = io::template load<Full>(b.logp + t, n);
+    const P old = which.old_logp ? io::template load<Full>(b.old_logp + t, n) : lp;
+    simd::accumulate(st.old_sum,
+                     simd::select(valid, b.rollout_logp ? io::template load<Full>(b.rollout_logp + t, n) : old, P(0.0)));
+    const P ref = which.ref_logp ? io::template load<Full>(b.ref_logp + t, n) : P(0.0);
+    const P h = which.entropy ? io::template load<Full>(b.entropy + t, n) : P(0.0);
+    const P w = which.token_weights ? io::template load<Full>(b.token_weights + t, n) : P(0.0);
     token_value_checks(st.faults, which, valid, lp, old, ref, h, w);
     st.n.add(valid);
   }

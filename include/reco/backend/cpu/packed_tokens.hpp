@@ -18,16 +18,21 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-// The token pass on packs of W tokens of one response: the same per-token math (the components'
+// The token pass on packs of L tokens of one response: the same per-token math (the components'
 // functions instantiated for a pack), with every per-token branch a select and the sums kept per
-// lane until the end of the segment. Lanes that hold no valid token (masked, padding, past the
-// segment's end) compute on harmless stand-in values and are left out of every sum; their
-// gradients are written as 0. The segment is cut at the response's thirds (token-variance bins)
-// so that each run adds to one bin.
+// lane, in double, until the end of the segment. Lanes that hold no valid token (masked, padding,
+// past the segment's end) compute on harmless stand-in values and are left out of every sum;
+// their gradients are written as 0. The segment is cut at the response's thirds (token-variance
+// bins) so that each run adds to one bin. A call without diagnostics (token_fn::diagnostics)
+// skips their arithmetic and their sums: a branch per pack on a flag that does not change.
 template <class Obj, class T, int W>
 struct packed_kernel {
-  using P = simd::pack<W>;
-  using M = simd::mask<W>;
+  using io = simd::token_io<T, W>;
+  using P = typename io::P;
+  using M = typename io::M;
+  using D = simd::pack<W>;  // the sums' lanes
+  using C = typename P::counter_type;
+  static constexpr int L = io::L;
   using context = basic_token_context<P>;
 
   template <class R, class = void>
@@ -44,13 +49,13 @@ struct packed_kernel {
                                                               std::declval<const context&>()))>>>
       : std::is_same<decltype(std::declval<const R&>().eval(std::declval<const context&>())), basic_ratio_value<P>> {
   };
-  template <class C, class = void>
+  template <class Cl, class = void>
   struct clip_ok : std::false_type {};
-  template <class C>
-  struct clip_ok<C, std::void_t<decltype(std::declval<const C&>().apply(std::declval<const basic_ratio_value<P>&>(),
-                                                                        std::declval<const context&>()))>>
-      : std::is_same<decltype(std::declval<const C&>().apply(std::declval<const basic_ratio_value<P>&>(),
-                                                             std::declval<const context&>())),
+  template <class Cl>
+  struct clip_ok<Cl, std::void_t<decltype(std::declval<const Cl&>().apply(std::declval<const basic_ratio_value<P>&>(),
+                                                                          std::declval<const context&>()))>>
+      : std::is_same<decltype(std::declval<const Cl&>().apply(std::declval<const basic_ratio_value<P>&>(),
+                                                              std::declval<const context&>())),
                      basic_surrogate_value<P>> {};
   template <class K, class = void>
   struct kl_ok : std::bool_constant<!K::active> {};
@@ -67,11 +72,13 @@ struct packed_kernel {
       (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) &&
       kl_ok<std::decay_t<decltype(term_of(std::declval<const typename Obj::kl_type&>()))>>::value;
 
-  // Per-lane partial sums of one segment.
+  // Per-lane partial sums of one segment (doubles; the ratio's min and max in the pack's type,
+  // exact either way).
   struct lane_sums {
-    P policy, ppo_kl, ratio_sum, ratio_min = P(huge_value), ratio_max = P(-huge_value);
-    P entropy_kept, kl, entropy, variance;
-    simd::counter<W> valid, policy_tokens, clipped, dual;
+    D policy, ppo_kl, ratio_sum;
+    P ratio_min = P(huge_value), ratio_max = P(-huge_value);
+    D entropy_kept, kl, entropy, variance;
+    C valid, policy_tokens, clipped, dual;
   };
 
   static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
@@ -87,36 +94,43 @@ struct packed_kernel {
     zero_gradients(f, t0, lo);
     zero_gradients(f, hi, t1);
     lane_sums acc;
+    const bool diag = f.diagnostics;
     // Runs that each fall in one third of the valid span (the cuts clamped into [lo, hi]).
     const index_t bounds[4] = {lo, clamp(v.cut1, lo, hi), clamp(v.cut2, lo, hi), hi};
     for (int third = 0; third < 3; ++third) {
       const index_t begin = bounds[third], end = bounds[third + 1];
       if (end <= begin) continue;
       const double valid_before = acc.valid.total();
-      acc.variance = P(0.0);
+      acc.variance = D(0.0);
       index_t t = begin;
-      for (; t + W <= end; t += W) step<true>(f, v, t, W, acc);
-      if (t < end) step<false>(f, v, t, static_cast<int>(end - t), acc);
-      p.var_sum[third] += simd::sum_lanes(acc.variance);
-      p.var_count[third] += acc.valid.total() - valid_before;
+      for (; t + L <= end; t += L) step<true>(f, v, t, L, diag, acc);
+      if (t < end) step<false>(f, v, t, static_cast<int>(end - t), diag, acc);
+      if (diag) {
+        p.var_sum[third] += simd::sum_lanes(acc.variance);
+        p.var_count[third] += acc.valid.total() - valid_before;
+      }
     }
 
-    const double clipped = acc.clipped.total();
     p.valid += acc.valid.total();
     p.policy_tokens += acc.policy_tokens.total();
-    p.clipped += clipped;
-    if (v.advantage < 0) p.clip_low += clipped;
-    if (v.advantage > 0) p.clip_high += clipped;
-    p.dual += acc.dual.total();
-    p.policy += simd::sum_lanes(acc.policy);
-    p.ppo_kl += simd::sum_lanes(acc.ppo_kl);
-    p.ratio_sum += simd::sum_lanes(acc.ratio_sum);
-    const double rmin = simd::min_lanes(acc.ratio_min), rmax = simd::max_lanes(acc.ratio_max);
-    p.ratio_min = rmin < p.ratio_min ? rmin : p.ratio_min;
-    p.ratio_max = rmax > p.ratio_max ? rmax : p.ratio_max;
-    p.entropy_kept_sum += simd::sum_lanes(acc.entropy_kept);
+    // Float lanes without token weights sum the unscaled surrogate: the response's scale (a
+    // double) then multiplies the sum once instead of each term rounded to float.
+    p.policy += per_response_scale(f) ? v.policy_scale * simd::sum_lanes(acc.policy) : simd::sum_lanes(acc.policy);
+    if (diag) {
+      const double clipped = acc.clipped.total();
+      p.clipped += clipped;
+      if (v.advantage < 0) p.clip_low += clipped;
+      if (v.advantage > 0) p.clip_high += clipped;
+      p.dual += acc.dual.total();
+      p.ppo_kl += simd::sum_lanes(acc.ppo_kl);
+      p.ratio_sum += simd::sum_lanes(acc.ratio_sum);
+      const double rmin = simd::min_lanes(acc.ratio_min), rmax = simd::max_lanes(acc.ratio_max);
+      p.ratio_min = rmin < p.ratio_min ? rmin : p.ratio_min;
+      p.ratio_max = rmax > p.ratio_max ? rmax : p.ratio_max;
+      p.entropy_kept_sum += simd::sum_lanes(acc.entropy_kept);
+    }
     const double entropy = simd::sum_lanes(acc.entropy);
-    p.entropy_sum += entropy;
+    if (diag) p.entropy_sum += entropy;
     if constexpr (Obj::kl_type::active) {
       if (term_on(f.obj.kl)) {
         const double kl = simd::sum_lanes(acc.kl);
@@ -129,69 +143,59 @@ struct packed_kernel {
     }
   }
 
+  static RECO_SIMD_INLINE bool per_response_scale(const token_fn<Obj, T>& f) {
+    return single_precision_v<P> && f.b.token_weights == nullptr;
+  }
+
   static void zero_gradients(const token_fn<Obj, T>& f, index_t begin, index_t end) {
     for (index_t t = begin; t < end; ++t) f.grad_logp[t] = T(0);
     if (f.grad_entropy)
       for (index_t t = begin; t < end; ++t) f.grad_entropy[t] = T(0);
   }
 
-  // The W values from src (Full), or the first n < W and zeros.
-  template <bool Full>
-  static RECO_SIMD_INLINE P load(const T* src, int n) {
-    if constexpr (Full) return simd::load<W>(src);
-    else return simd::load_first<W>(src, n);
-  }
-  template <bool Full>
-  static RECO_SIMD_INLINE M flags(const std::uint8_t* src, int n) {
-    if constexpr (Full) return simd::load_flags<W>(src);
-    else return simd::load_first_flags<W>(src, n);
-  }
-  template <bool Full>
-  static RECO_SIMD_INLINE void store(T* dst, const P& x, int n) {
-    if constexpr (Full) simd::store<W>(dst, x);
-    else simd::store_first<W>(dst, x, n);
-  }
-
-  // W tokens from t (Full), or the n < W left at the end of a run.
+  // L tokens from t (Full), or the n < L left at the end of a run.
   template <bool Full>
   static RECO_SIMD_INLINE void step(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n,
-                                    lane_sums& acc) {
+                                    bool diag, lane_sums& acc) {
     const batch_pointers<T>& b = f.b;
 
-    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
+    const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
     // for every component, so nothing below overflows or traps on them.
     context c;
-    c.logp = simd::select(valid, load<Full>(b.logp + t, n), P(-1.0));
-    c.old_logp = b.old_logp ? simd::select(valid, load<Full>(b.old_logp + t, n), P(-1.0)) : c.logp;
-    c.entropy = b.entropy ? simd::select(valid, load<Full>(b.entropy + t, n), P(0.0)) : P(0.0);
+    c.logp = simd::select(valid, io::template load<Full>(b.logp + t, n), P(-1.0));
+    c.old_logp = b.old_logp ? simd::select(valid, io::template load<Full>(b.old_logp + t, n), P(-1.0)) : c.logp;
+    c.entropy = b.entropy ? simd::select(valid, io::template load<Full>(b.entropy + t, n), P(0.0)) : P(0.0);
     c.advantage = v.advantage;
     c.sequence_log_ratio = v.sequence_log_ratio;
     c.entropy_quantile = v.entropy_quantile;
-    const M policy = f.kept ? valid && flags<Full>(f.kept + t, n) : valid;
+    const M policy = f.kept ? valid && io::template flags<Full>(f.kept + t, n) : valid;
     P scale = v.policy_scale;
-    if (b.token_weights) scale = v.policy_scale * simd::select(policy, load<Full>(b.token_weights + t, n), P(0.0));
+    if (b.token_weights)
+      scale = P(v.policy_scale) * simd::select(policy, io::template load<Full>(b.token_weights + t, n), P(0.0));
     P ref = P(-1.0);
     if constexpr (Obj::kl_type::active) {
-      if (term_on(f.obj.kl)) ref = simd::select(valid, load<Full>(b.ref_logp + t, n), P(-1.0));
+      if (term_on(f.obj.kl)) ref = simd::select(valid, io::template load<Full>(b.ref_logp + t, n), P(-1.0));
     }
 
     const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
-    acc.policy += k.policy;
+    simd::accumulate(acc.policy, per_response_scale(f) ? k.surrogate : k.policy);
     acc.policy_tokens.add(policy);
-    acc.clipped.add(k.clipped);
-    acc.dual.add(k.dual);
-    acc.ppo_kl += k.ppo_kl;
-    acc.ratio_sum += simd::select(policy, k.x, P(0.0));
-    acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
-    acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
-    acc.entropy_kept += simd::select(policy, c.entropy, P(0.0));
-    if constexpr (Obj::kl_type::active) acc.kl += k.kl;  // 0 while a selectable term is off
-    if (term_on(f.obj.entropy) || f.grad_entropy) store<Full>(f.grad_entropy + t, k.entropy_grad, n);
-    acc.entropy += c.entropy;
-    acc.variance += k.variance;
+    if (diag) {
+      acc.clipped.add(k.clipped);
+      acc.dual.add(k.dual);
+      simd::accumulate(acc.ppo_kl, k.ppo_kl);
+      simd::accumulate(acc.ratio_sum, simd::select(policy, k.x, P(0.0)));
+      acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
+      acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
+      if (b.entropy) simd::accumulate(acc.entropy_kept, simd::select(policy, c.entropy, P(0.0)));
+      simd::accumulate(acc.variance, token_variance(c.logp, valid));
+    }
+    if constexpr (Obj::kl_type::active) simd::accumulate(acc.kl, k.kl);  // 0 while a selectable term is off
+    if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
+    if (b.entropy && (diag || term_on(f.obj.entropy))) simd::accumulate(acc.entropy, c.entropy);
     acc.valid.add(valid);
-    store<Full>(f.grad_logp + t, k.grad, n);
+    io::template store<Full>(f.grad_logp + t, k.grad, n);
   }
 };
 

@@ -8,6 +8,7 @@
 // (and compilers without the extensions, or RECO_NO_SIMD) keep the scalar token pass.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -162,6 +163,40 @@ inline int active_width() {
   return width;
 }
 
+// A comparison's 0 / -1 lanes as a mask, through an empty asm that g++ cannot see into. Without
+// it g++ 12 folds a 512-bit comparison into the boolean operations and selects that follow it
+// and lowers the folded forms to a scalar compare per lane, inside the AVX-512 variant (a third
+// of the token pass's instructions for grpo: vcomiss / seta / vpinsrd per lane); with it the
+// comparison stays one instruction and its mask a register. Values are not changed.
+// (Only for vectors a register of the code's instruction set holds: the unit's own, or the
+// dispatched variants' wider ones, which only those variants use.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define RECO_SIMD_OPAQUE_MASKS 1
+#if defined(__AVX512F__)
+inline constexpr std::size_t register_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr std::size_t register_bytes = 32;
+#else
+inline constexpr std::size_t register_bytes = 16;
+#endif
+template <std::size_t Bytes>
+inline constexpr bool fits_register = Bytes <= register_bytes
+#if !defined(RECO_SIMD_WIDTH)
+                                      || (Bytes == 32 && RECO_SIMD_DISPATCH_AVX2) || (Bytes == 64 && RECO_SIMD_DISPATCH_AVX512)
+#endif
+    ;
+#else
+#define RECO_SIMD_OPAQUE_MASKS 0
+#endif
+template <class Mask, class Raw>
+RECO_SIMD_INLINE Mask opaque_mask(const Raw& comparison) {
+  typename Mask::raw r = (typename Mask::raw)comparison;
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (fits_register<sizeof(r)>) __asm__("" : "+v"(r));
+#endif
+  return Mask(r);
+}
+
 // A truth value per lane: all ones or all zeros (what vector comparisons give).
 template <int W>
 struct mask {
@@ -170,28 +205,22 @@ struct mask {
   RECO_SIMD_INLINE mask() : v(raw{}) {}
   RECO_SIMD_INLINE mask(bool b) : v(raw{} - static_cast<std::int64_t>(b)) {}  // NOLINT: broadcast
   RECO_SIMD_INLINE explicit mask(const raw& r) : v(r) {}
-  // At 8 lanes by arithmetic on the 0 / -1 lanes, not bitwise: g++ 12 lowers the bitwise forms of
-  // 512-bit comparisons' results in the generic helpers (x <= 0 && x >= -DBL_MAX, the value
-  // checks) to a scalar compare per lane before they are inlined into the AVX-512 variant (the
-  // plan's old_logp scan at 1M tokens on a Zen 4 guest: 0.67 ms at 8 lanes, 0.39 at 4; 0.26 so).
-  friend RECO_SIMD_INLINE mask operator&&(const mask& a, const mask& b) {
-    if constexpr (W == 8) return mask((raw)((a.v + b.v) == -2));
-    else return mask(a.v & b.v);
-  }
-  friend RECO_SIMD_INLINE mask operator||(const mask& a, const mask& b) {
-    if constexpr (W == 8) return mask((raw)((a.v + b.v) != 0));
-    else return mask(a.v | b.v);
-  }
-  friend RECO_SIMD_INLINE mask operator!(const mask& a) {
-    if constexpr (W == 8) return mask((raw)(a.v == 0));
-    else return mask(~a.v);
-  }
+  // Bitwise: the comparisons' results are opaque (opaque_mask), so g++ cannot fold these into
+  // the forms it lowers to a scalar compare per lane.
+  friend RECO_SIMD_INLINE mask operator&&(const mask& a, const mask& b) { return mask(a.v & b.v); }
+  friend RECO_SIMD_INLINE mask operator||(const mask& a, const mask& b) { return mask(a.v | b.v); }
+  friend RECO_SIMD_INLINE mask operator!(const mask& a) { return mask(~a.v); }
 };
+
+template <int W>
+struct counter;
 
 template <int W>
 struct pack {
   typedef typename vectors<W>::f64 raw;
   using mask_type = mask<W>;
+  using counter_type = counter<W>;
+  static constexpr int size = W;
   raw v;
   RECO_SIMD_INLINE pack() : v(raw{}) {}
   RECO_SIMD_INLINE pack(double d) : v(raw{} + d) {}  // NOLINT: broadcast, as for double
@@ -206,12 +235,12 @@ struct pack {
   RECO_SIMD_INLINE pack& operator+=(const pack& b) { v += b.v; return *this; }
 
   // Comparisons give a vector of 0 / -1 integers of the same width; the cast only renames it.
-  friend RECO_SIMD_INLINE mask_type operator<(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v < b.v)); }
-  friend RECO_SIMD_INLINE mask_type operator>(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v > b.v)); }
-  friend RECO_SIMD_INLINE mask_type operator<=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v <= b.v)); }
-  friend RECO_SIMD_INLINE mask_type operator>=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v >= b.v)); }
-  friend RECO_SIMD_INLINE mask_type operator==(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v == b.v)); }
-  friend RECO_SIMD_INLINE mask_type operator!=(const pack& a, const pack& b) { return mask_type((typename mask_type::raw)(a.v != b.v)); }
+  friend RECO_SIMD_INLINE mask_type operator<(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v < b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v > b.v); }
+  friend RECO_SIMD_INLINE mask_type operator<=(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v <= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>=(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v >= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator==(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v == b.v); }
+  friend RECO_SIMD_INLINE mask_type operator!=(const pack& a, const pack& b) { return opaque_mask<mask_type>(a.v != b.v); }
 };
 
 template <int W>
@@ -465,6 +494,331 @@ struct counter {
   }
 };
 
+// ---- packs of floats ----------------------------------------------------------------------------
+//
+// The token pass of float inputs computes in float (docs/conventions.md, "Precision"): a pack of
+// 2W floats fills the register a pack of W doubles fills, so a pass sees twice the tokens per
+// instruction. Sums leave the floats at once: accumulate() widens a float pack into a double
+// pack, so every reduction stays in double. Masks hold 32-bit lanes (what float comparisons give).
+
+template <int W>
+struct fvectors;
+#define RECO_SIMD_FVECTORS(W)                                      \
+  template <>                                                      \
+  struct fvectors<W> {                                             \
+    typedef float f32 __attribute__((vector_size(4 * W)));         \
+    typedef std::int32_t i32 __attribute__((vector_size(4 * W)));  \
+    typedef std::uint32_t u32 __attribute__((vector_size(4 * W))); \
+    typedef std::uint8_t u8 __attribute__((vector_size(W)));       \
+  };
+RECO_SIMD_FVECTORS(4)
+RECO_SIMD_FVECTORS(8)
+RECO_SIMD_FVECTORS(16)
+#undef RECO_SIMD_FVECTORS
+
+template <int L>
+struct fmask {
+  typedef typename fvectors<L>::i32 raw;
+  raw v;
+  RECO_SIMD_INLINE fmask() : v(raw{}) {}
+  RECO_SIMD_INLINE fmask(bool b) : v(raw{} - static_cast<std::int32_t>(b)) {}  // NOLINT: broadcast
+  RECO_SIMD_INLINE explicit fmask(const raw& r) : v(r) {}
+  friend RECO_SIMD_INLINE fmask operator&&(const fmask& a, const fmask& b) { return fmask(a.v & b.v); }
+  friend RECO_SIMD_INLINE fmask operator||(const fmask& a, const fmask& b) { return fmask(a.v | b.v); }
+  friend RECO_SIMD_INLINE fmask operator!(const fmask& a) { return fmask(~a.v); }
+};
+
+// Per-lane counters of a float mask (32-bit lanes: a segment is one response's tokens).
+template <int L>
+struct fcounter {
+  typename fmask<L>::raw n{};
+  RECO_SIMD_INLINE void add(const fmask<L>& m) { n -= m.v; }
+  RECO_SIMD_INLINE double total() const {
+    std::int64_t s = 0;
+    for (int k = 0; k < L; ++k) s += n[k];
+    return static_cast<double>(s);
+  }
+};
+
+template <int L>
+struct fpack {
+  typedef typename fvectors<L>::f32 raw;
+  using mask_type = fmask<L>;
+  using counter_type = fcounter<L>;
+  static constexpr int size = L;
+  raw v;
+  RECO_SIMD_INLINE fpack() : v(raw{}) {}
+  // Broadcast of a double (constants and per-response values) rounded to float, as for float.
+  RECO_SIMD_INLINE fpack(double d) : v(raw{} + static_cast<float>(d)) {}  // NOLINT: broadcast
+  RECO_SIMD_INLINE explicit fpack(const raw& r) : v(r) {}
+  RECO_SIMD_INLINE float operator[](int k) const { return v[k]; }
+
+  friend RECO_SIMD_INLINE fpack operator+(const fpack& a, const fpack& b) { return fpack(a.v + b.v); }
+  friend RECO_SIMD_INLINE fpack operator-(const fpack& a, const fpack& b) { return fpack(a.v - b.v); }
+  friend RECO_SIMD_INLINE fpack operator*(const fpack& a, const fpack& b) { return fpack(a.v * b.v); }
+  friend RECO_SIMD_INLINE fpack operator/(const fpack& a, const fpack& b) { return fpack(a.v / b.v); }
+  friend RECO_SIMD_INLINE fpack operator-(const fpack& a) { return fpack(-a.v); }
+  RECO_SIMD_INLINE fpack& operator+=(const fpack& b) { v += b.v; return *this; }
+
+  friend RECO_SIMD_INLINE mask_type operator<(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v < b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v > b.v); }
+  friend RECO_SIMD_INLINE mask_type operator<=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v <= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v >= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator==(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v == b.v); }
+  friend RECO_SIMD_INLINE mask_type operator!=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v != b.v); }
+};
+
+template <int L>
+RECO_SIMD_INLINE fpack<L> select(const fmask<L>& m, const fpack<L>& a, const fpack<L>& b) {
+  typedef typename fmask<L>::raw bits;
+  return fpack<L>((typename fpack<L>::raw)((m.v & (bits)a.v) | (~m.v & (bits)b.v)));
+}
+// a < b ? a : b and a > b ? a : b per lane (NaN in either gives b, as minps / maxps).
+template <int L>
+RECO_SIMD_INLINE fpack<L> min_of(const fpack<L>& a, const fpack<L>& b) {
+  return select(a < b, a, b);
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> max_of(const fpack<L>& a, const fpack<L>& b) {
+  return select(a > b, a, b);
+}
+
+// exp and expm1 in float, the reduction of the double ones above: x = k ln2 + r, |r| <= ln2 / 2,
+// ln2 split so that k ln2_hi is exact for every |k| <= 150 the clamp lets through, expm1(r) =
+// r + r^2 q(r) with q the Taylor polynomial of degree 5 (truncation below 2e-8 of p, a third of
+// an ulp), 2^k as two normal factors. About 1 ulp (tested against the double functions in
+// tests/core).
+template <int L>
+struct fexp_parts {
+  fpack<L> p;          // expm1(r)
+  fpack<L> excess;     // r^2 q(r) = expm1(r) - r
+  fpack<L> s1, s2;     // 2^k = s1 s2, both normal numbers
+  fpack<L> inv_s1;     // 1 / s1
+  fmask<L> unreduced;  // k = 0: r is x itself
+};
+
+template <int L>
+RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
+  typedef typename fvectors<L>::u32 u32;
+  // Beyond these bounds exp is 0 or inf in float anyway (NaN passes through).
+  const fpack<L> x = min_of(fpack<L>(89.0), max_of(fpack<L>(-104.0), input));
+  const float shifter = 0x1.8p23f;
+  const fpack<L> shifted = x * fpack<L>(0x1.715476p0) + fpack<L>(shifter);
+  const fpack<L> k = shifted - fpack<L>(shifter);
+  const fpack<L> r = (x - k * fpack<L>(0x1.63p-1)) - k * fpack<L>(-0x1.bd0106p-13);
+  const fpack<L> r2 = r * r, r4 = r2 * r2;
+  const fpack<L> q = (fpack<L>(1.0 / 2) + fpack<L>(1.0 / 6) * r) + (fpack<L>(1.0 / 24) + fpack<L>(1.0 / 120) * r) * r2 +
+                     (fpack<L>(1.0 / 720) + fpack<L>(1.0 / 5040) * r) * r4;
+  fexp_parts<L> e;
+  e.excess = r2 * q;
+  e.p = r + e.excess;
+  e.unreduced = k == fpack<L>(0.0);
+  const u32 b = (u32)shifted.v - (u32)fpack<L>(shifter).v + 254u;
+  const u32 e1 = b >> 1;
+  e.s1 = fpack<L>((typename fpack<L>::raw)(e1 << 23));
+  e.s2 = fpack<L>((typename fpack<L>::raw)((b - e1) << 23));
+  e.inv_s1 = fpack<L>((typename fpack<L>::raw)((254u - e1) << 23));
+  return e;
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> exp_from(const fexp_parts<L>& e) {
+  return (e.s1 * (fpack<L>(1.0) + e.p)) * e.s2;
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> expm1_from(const fexp_parts<L>& e) {
+  return e.s1 * (e.s2 * e.p + (e.s2 - e.inv_s1));
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> exp(const fpack<L>& x) {
+  return exp_from(reduce_exp(x));
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> expm1(const fpack<L>& x) {
+  return expm1_from(reduce_exp(x));
+}
+
+// Loads, stores and flags of L floats, as those of doubles above.
+template <int L>
+RECO_SIMD_INLINE fpack<L> fload(const float* src) {
+  typename fpack<L>::raw v;
+  std::memcpy(&v, src, sizeof(v));
+  return fpack<L>(v);
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> fload_first(const float* src, int n) {
+  float buf[L] = {};
+  for (int k = 0; k < n; ++k) buf[k] = src[k];
+  return fload<L>(buf);
+}
+template <int L>
+RECO_SIMD_INLINE void fstore(float* dst, const fpack<L>& x) {
+  std::memcpy(dst, &x.v, sizeof(x.v));
+}
+template <int L>
+RECO_SIMD_INLINE void fstore_first(float* dst, const fpack<L>& x, int n) {
+  float buf[L];
+  fstore<L>(buf, x);
+  for (int k = 0; k < n; ++k) dst[k] = buf[k];
+}
+template <int L>
+RECO_SIMD_INLINE fmask<L> ffirst_lanes(int n) {
+  typename fmask<L>::raw iota{};
+  for (int k = 0; k < L; ++k) iota[k] = k;
+  return fmask<L>(iota < n);
+}
+// Nonzero bytes as lanes. x86: a byte compare and its movemask give one bit per byte, which
+// each lane tests (g++ 12 turns __builtin_convertvector of the bytes into an extraction and an
+// insert per lane, and a shuffle of them into a round trip through the stack).
+template <int L>
+RECO_SIMD_INLINE fmask<L> fload_flags(const std::uint8_t* src) {
+#if defined(__SSE2__)
+  typedef typename fvectors<L>::u32 u32;
+  __m128i v;
+  if constexpr (L == 16) {
+    v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  } else if constexpr (L == 8) {
+    v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+  } else {
+    std::int32_t word;
+    std::memcpy(&word, src, sizeof(word));
+    v = _mm_cvtsi32_si128(word);
+  }
+  const std::uint32_t zero = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_setzero_si128())));
+  u32 bit;
+  for (int k = 0; k < L; ++k) bit[k] = 1u << k;
+  return opaque_mask<fmask<L>>(((u32{} + zero) & bit) == 0);
+#else
+  typedef typename fmask<L>::raw i32;
+  typename fvectors<L>::u8 v;
+  std::memcpy(&v, src, sizeof(v));
+  return fmask<L>((i32)(__builtin_convertvector(v, i32) != 0));
+#endif
+}
+template <int L>
+RECO_SIMD_INLINE fmask<L> fload_first_flags(const std::uint8_t* src, int n) {
+  std::uint8_t buf[L] = {};
+  for (int k = 0; k < n; ++k) buf[k] = src[k];
+  return fload_flags<L>(buf);
+}
+template <int L, bool Full>
+RECO_SIMD_INLINE fmask<L> fvalid_lanes(const std::uint8_t* flags, int n) {
+  const fmask<L> in = Full ? fmask<L>(true) : ffirst_lanes<L>(n);
+  if (!flags) return in;
+  return in && (Full ? fload_flags<L>(flags) : fload_first_flags<L>(flags, n));
+}
+template <int L>
+RECO_SIMD_INLINE bool any(const fmask<L>& m) {
+  std::int32_t bits = 0;
+  for (int k = 0; k < L; ++k) bits |= m.v[k];
+  return bits != 0;
+}
+template <int L>
+RECO_SIMD_INLINE double min_lanes(const fpack<L>& x) {
+  float s = x.v[0];
+  for (int k = 1; k < L; ++k) s = x.v[k] < s ? x.v[k] : s;
+  return s;
+}
+template <int L>
+RECO_SIMD_INLINE double max_lanes(const fpack<L>& x) {
+  float s = x.v[0];
+  for (int k = 1; k < L; ++k) s = x.v[k] > s ? x.v[k] : s;
+  return s;
+}
+
+// Half h (0: lanes [0, W), 1: [W, 2W)) of a float pack, widened to doubles (exact).
+template <int W>
+RECO_SIMD_INLINE pack<W> widen_half(const fpack<2 * W>& x, int h) {
+  typedef typename vectors<W>::f32 half;
+  half v;
+  if constexpr (W == 8) {
+    v = h == 0 ? __builtin_shufflevector(x.v, x.v, 0, 1, 2, 3, 4, 5, 6, 7)
+               : __builtin_shufflevector(x.v, x.v, 8, 9, 10, 11, 12, 13, 14, 15);
+  } else if constexpr (W == 4) {
+    v = h == 0 ? __builtin_shufflevector(x.v, x.v, 0, 1, 2, 3) : __builtin_shufflevector(x.v, x.v, 4, 5, 6, 7);
+  } else {
+    static_assert(W == 2, "2, 4 or 8 doubles per pack");
+    v = h == 0 ? __builtin_shufflevector(x.v, x.v, 0, 1) : __builtin_shufflevector(x.v, x.v, 2, 3);
+  }
+  return pack<W>(__builtin_convertvector(v, typename pack<W>::raw));
+}
+// acc += x lane by lane: a double pack as it is; a float pack as the sums of its two halves'
+// lanes, in double (lane k of acc takes lanes k and W + k), so that the sum leaves float at once.
+template <int W>
+RECO_SIMD_INLINE void accumulate(pack<W>& acc, const pack<W>& x) {
+  acc += x;
+}
+template <int W>
+RECO_SIMD_INLINE void accumulate(pack<W>& acc, const fpack<2 * W>& x) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (W == 8 && fits_register<64>) {
+    // g++ 12 widens 8 floats as two 4-float halves and an insert: two conversions, an extract
+    // and an insert per half. One 512-bit conversion per half here (pack<8> only exists in
+    // AVX-512 code).
+    typename pack<W>::raw lo, hi;
+    __asm__("vcvtps2pd %t2, %0\n\tvextractf32x8 $1, %2, %t1\n\tvcvtps2pd %t1, %1" : "=&v"(lo), "=&v"(hi) : "v"(x.v));
+    acc += pack<W>(lo) + pack<W>(hi);
+    return;
+  }
+#endif
+  acc += widen_half<W>(x, 0) + widen_half<W>(x, 1);
+}
+
+// The pack a token pass computes on at W doubles per register: W doubles for double inputs,
+// 2W floats for float inputs (the precision policy, docs/conventions.md), with its loads and
+// stores of T.
+template <class T, int W>
+struct token_io;
+template <int W>
+struct token_io<double, W> {
+  using P = simd::pack<W>;
+  using M = simd::mask<W>;
+  static constexpr int L = W;
+  template <bool Full>
+  static RECO_SIMD_INLINE P load(const double* src, int n) {
+    if constexpr (Full) return simd::load<W>(src);
+    else return simd::load_first<W>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE M flags(const std::uint8_t* src, int n) {
+    if constexpr (Full) return simd::load_flags<W>(src);
+    else return simd::load_first_flags<W>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE M valid(const std::uint8_t* mask, int n) {
+    return simd::valid_lanes<W, Full>(mask, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE void store(double* dst, const P& x, int n) {
+    if constexpr (Full) simd::store<W>(dst, x);
+    else simd::store_first<W>(dst, x, n);
+  }
+};
+template <int W>
+struct token_io<float, W> {
+  static constexpr int L = 2 * W;
+  using P = simd::fpack<L>;
+  using M = simd::fmask<L>;
+  template <bool Full>
+  static RECO_SIMD_INLINE P load(const float* src, int n) {
+    if constexpr (Full) return simd::fload<L>(src);
+    else return simd::fload_first<L>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE M flags(const std::uint8_t* src, int n) {
+    if constexpr (Full) return simd::fload_flags<L>(src);
+    else return simd::fload_first_flags<L>(src, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE M valid(const std::uint8_t* mask, int n) {
+    return simd::fvalid_lanes<L, Full>(mask, n);
+  }
+  template <bool Full>
+  static RECO_SIMD_INLINE void store(float* dst, const P& x, int n) {
+    if constexpr (Full) simd::fstore<L>(dst, x);
+    else simd::fstore_first<L>(dst, x, n);
+  }
+};
+
 // ---- dispatch ----------------------------------------------------------------------------------
 //
 // run_widest<K>(args...) calls K::run<W>(args...) with the widest W this process runs: the
@@ -529,6 +883,48 @@ struct lanes<simd::pack<W>> {
     const pack v = q * one_minus_q;
     return simd::max_of(v, pack(floor));  // v > floor ? v : floor
   }
+  static RECO_SIMD_INLINE pack expm1_excess(const pack& x, pack& em1) {
+    em1 = simd::expm1(x);
+    return em1 - x;
+  }
+  static constexpr bool single_precision = false;
+};
+
+// The same on packs of floats (the token pass of float inputs).
+template <int L>
+struct lanes<simd::fpack<L>> {
+  using pack = simd::fpack<L>;
+  using mask = simd::fmask<L>;
+  static RECO_SIMD_INLINE pack select(const mask& m, const pack& a, const pack& b) { return simd::select(m, a, b); }
+  static RECO_SIMD_INLINE pack min(const pack& a, const pack& b) { return simd::min_of(b, a); }
+  static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }
+  static RECO_SIMD_INLINE bool any(const mask& m) { return simd::any(m); }
+  static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
+  static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
+  static RECO_SIMD_INLINE pack log(const pack& x) {
+    float v[L];
+    simd::fstore<L>(v, x);
+    for (int k = 0; k < L; ++k) v[k] = ::logf(v[k]);
+    return simd::fload<L>(v);
+  }
+  // The floor is at least the smallest normal float (2^-126): below it q (1 - q) is a subnormal
+  // with fewer significant bits, so the floor decides there.
+  static RECO_SIMD_INLINE pack bernoulli_variance(const pack& logq, double floor) {
+    const simd::fexp_parts<L> e = simd::reduce_exp(logq);
+    const pack q = simd::exp_from(e);
+    const pack one_minus_q = simd::select(q < 0.5, 1.0 - q, -simd::expm1_from(e));
+    const pack v = q * one_minus_q;
+    const double f = floor > 0x1p-126 ? floor : 0x1p-126;
+    return simd::max_of(v, pack(f));
+  }
+  // expm1(x) - x without the cancellation: r^2 q(r) itself where the reduction left x as it is
+  // (|x| < ln2 / 2); beyond, expm1(x) and x differ by at least a tenth of |x|.
+  static RECO_SIMD_INLINE pack expm1_excess(const pack& x, pack& em1) {
+    const simd::fexp_parts<L> e = simd::reduce_exp(x);
+    em1 = simd::expm1_from(e);
+    return simd::select(e.unreduced, e.excess, em1 - x);
+  }
+  static constexpr bool single_precision = true;
 };
 
 }  // namespace detail

@@ -1,6 +1,6 @@
-// Host-side launch planning of the fused CUDA objective: which kernels run, their grid sizes,
-// whether the 16-byte vector path may be used, and how many bytes per token the plan moves.
-// Pure C++ (no CUDA headers): the planner is a function of sizes, device limits and pointer
+// The launch configuration of the fused CUDA objective: which kernels run, their grid sizes,
+// whether the 16-byte vector path may be used, and how many bytes per token the launch moves.
+// Pure C++ (no CUDA headers): it is a function of sizes, device limits and pointer
 // values, so it is unit-tested on machines without a GPU.
 #pragma once
 
@@ -21,6 +21,10 @@ inline constexpr int finalize_block = 256;  // kernel F: one warp per response
 inline constexpr int token_block = 256;     // kernel B: tiles of token_block * token_items tokens
 inline constexpr int token_items = 4;       // consecutive tokens per thread (one 16-byte float load)
 inline constexpr index_t token_tile = static_cast<index_t>(token_block) * token_items;
+// Resident blocks per SM the kernels are compiled for (__launch_bounds__): 4 blocks of 256
+// threads are half of sm_90's 2,048 threads per SM, so the compiler keeps each thread within 64
+// registers (65,536 per SM). (A block count below it is still correct, only less occupied.)
+inline constexpr int min_blocks_per_sm = 4;
 inline constexpr int warps_per_finalize_block = finalize_block / 32;
 
 // The last-block tickets keep their arrival count in 24 bits (see ticket.hpp), so no fused grid
@@ -40,14 +44,14 @@ struct device_limits {
 using stages = objective_stages;
 using ::reco::stages_of;
 
-// The problem as the planner sees it.
+// The problem as the launch configuration sees it.
 struct shape {
   index_t responses = 0;
   index_t tokens = 0;
   index_t groups = 0;
 };
 
-struct plan {
+struct launch_config {
   index_t response_grid = 1;  // kernel A blocks (always launched: it writes the batch scalars)
   index_t finalize_grid = 0;  // kernel F blocks, 0 when the stage is off
   index_t token_grid = 1;     // kernel B blocks
@@ -57,7 +61,7 @@ struct plan {
   bool generic_selection = false;  // + the generic cut / kept-flag passes (radix sort + scan)
   bool generic_kept_counts = false;
   bool generic_entropy_quantile = false;  // + the generic segmented sort
-  stages st{};                     // the objective's stages the plan was made for
+  stages st{};                     // the objective's stages the configuration was made for
 };
 
 inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
@@ -98,9 +102,9 @@ inline bool vector_aligned(const token_pointers& p) {
   return true;
 }
 
-inline plan make_plan(const shape& sh, const stages& st, const device_limits& dev, const token_pointers& ptrs,
+inline launch_config make_launch_config(const shape& sh, const stages& st, const device_limits& dev, const token_pointers& ptrs,
                       bool allow_vector_loads, int max_blocks) {
-  plan p;
+  launch_config p;
   p.response_grid = grid_for(sh.groups, dev.sms, dev.response_blocks_per_sm, max_blocks);
   if (st.finalize || st.sequence_in_finalize)
     p.finalize_grid = grid_for(ceil_div(sh.responses, warps_per_finalize_block), dev.sms,
