@@ -27,15 +27,15 @@ struct call_args {
   token_args<Obj, T> token;
 };
 
-// `step_plan`: a planned call's plan with its arrays in the call's scratch (plan_arrays::fill), or
+// `step_plan`: a planned call's plan with its arrays in the call's scratch (step_slice_arrays::fill), or
 // null; `p` was then made for detail::planned_stages.
 template <class Obj, class T>
 call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gradients<T> grads, const scratch& sc,
                                  const launch_config& p, const normalisers& norm, std::uint64_t epoch,
-                                 const detail::plan_call* step_plan = nullptr) {
+                                 const detail::step_slice* step_plan = nullptr) {
   const detail::batch_pointers<T> b = detail::pointers_of(batch);
-  // The objective's plan (objective_plan.hpp): the checks split between kernels A and B, the stages.
-  const detail::objective_plan pl = detail::plan_of(obj, b.advantages != nullptr, false);
+  // The objective's plan (call_stages.hpp): the checks split between kernels A and B, the stages.
+  const detail::call_stages pl = detail::call_stages_of(obj, b.advantages != nullptr, false);
   const detail::input_checks checks = pl.checks;
   const bool reads_rewards = pl.reads_rewards;
   const bool kept_denominator = pl.kept_denominator;
@@ -60,7 +60,7 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
                                      c.st.sequence && !c.st.sequence_in_finalize,
                                      reads_rewards,
                                      step_plan != nullptr,
-                                     step_plan != nullptr ? *step_plan : detail::plan_call{}};
+                                     step_plan != nullptr ? *step_plan : detail::step_slice{}};
   c.finalize = finalize_args<Obj, T>{obj,
                                      b,
                                      sc.r,
@@ -101,7 +101,7 @@ call_args<Obj, T> make_call_args(const Obj& obj, const batch_view<T>& batch, gra
 // and checks that its kept counts are the plan's.
 template <class Backend, class Obj, class T>
 void run_sorted_stages(const Backend& be, const Obj& obj, const batch_view<T>& batch, const scratch& sc,
-                       const launch_config& p, const normalisers& norm, const detail::plan_call* step_plan = nullptr) {
+                       const launch_config& p, const normalisers& norm, const detail::step_slice* step_plan = nullptr) {
   using namespace detail;
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens;

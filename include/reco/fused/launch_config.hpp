@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "reco/algorithm/objective_plan.hpp"
+#include "reco/algorithm/call_stages.hpp"
 #include "reco/component.hpp"
 #include "reco/config.hpp"
 
@@ -39,7 +39,7 @@ struct device_limits {
   int token_blocks_per_sm = 1;     // ... kernel B
 };
 
-// The stages a call runs: the objective's plan (reco/algorithm/objective_plan.hpp), the one
+// The stages a call runs: the objective's plan (reco/algorithm/call_stages.hpp), the one
 // derivation the generic algorithm reads too.
 using stages = objective_stages;
 using ::reco::stages_of;

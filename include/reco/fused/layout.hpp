@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "reco/algorithm/objective_plan.hpp"
-#include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/call_stages.hpp"
+#include "reco/algorithm/step_slice.hpp"
 #include "reco/fused/partials.hpp"
 #include "reco/fused/launch_config.hpp"
 #include "reco/workspace.hpp"
@@ -19,7 +19,7 @@ namespace fused {
 
 enum ticket_slot : int { ticket_response = 0, ticket_finalize = 1, ticket_token = 2, ticket_slots = 3 };
 
-// The generic algorithm's scratch for the objective's stages (objective_plan.hpp: the same
+// The generic algorithm's scratch for the objective's stages (call_stages.hpp: the same
 // carve, so the generic single-thread steps and the sort-based fallbacks work on it unchanged),
 // then one partial slot per block of each fused kernel and the last-block tickets.
 struct scratch : detail::objective_scratch {
@@ -27,7 +27,7 @@ struct scratch : detail::objective_scratch {
   finalize_block_partial* finalize_partials = nullptr;
   token_block_partial* token_partials = nullptr;
   std::uint64_t* tickets = nullptr;
-  detail::plan_arrays plan_slice;  // a planned call: the step plan's slice, copied here
+  detail::step_slice_arrays plan_slice;  // a planned call: the step plan's slice, copied here
 
   // Two passes: once over carver(nullptr) to measure, once over the reserved buffer. The fused
   // path takes no advantages given per token (refused before the call).

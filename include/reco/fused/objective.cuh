@@ -94,7 +94,7 @@ struct objective_algorithm<cuda_fused, Objective> {
   template <class T>
   static const objective_result* run(const Objective& obj, const cuda_fused& backend, const batch_view<T>& batch,
                                      gradients<T> grads, workspace<cuda_fused>& ws, const normalisers& norm,
-                                     const detail::plan_call* step_plan = nullptr) {
+                                     const detail::step_slice* step_plan = nullptr) {
     using namespace detail;
     const cuda_fused be = ws.bind(backend);
     const batch_pointers<T> b = pointers_of(batch);
@@ -108,9 +108,9 @@ struct objective_algorithm<cuda_fused, Objective> {
     sc.carve(measure, sh, p);
     carver cut(ws.reserve(be, measure.used()));
     sc.carve(cut, sh, p);
-    detail::plan_call on_device;
+    detail::step_slice on_device;
     if (step_plan != nullptr) on_device = sc.plan_slice.fill(be, *step_plan, R);
-    const detail::plan_call* planned = step_plan != nullptr ? &on_device : nullptr;
+    const detail::step_slice* planned = step_plan != nullptr ? &on_device : nullptr;
     const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, fused::next_epoch(), planned);
     const cudaStream_t stream = be.stream;
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "reco/algorithm/partials.hpp"
-#include "reco/algorithm/plan_call.hpp"
+#include "reco/algorithm/step_slice.hpp"
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/fused/partials.hpp"
@@ -46,7 +46,7 @@ struct response_args {
   // A call of a split step: the step plan's per-response values (device arrays) replace the
   // group stage, and its counts the call's own.
   bool planned;
-  detail::plan_call plan;
+  detail::step_slice plan;
 };
 
 // Partial scan of some of a response's tokens (one lane's share); merged by sum / min / max.
