@@ -159,6 +159,7 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
      RECO_REQUIRE_LIGER=1 "$venv/bin/python" "$root/tests/python/test_liger.py" &&
      RECO_REQUIRE_OPENRLHF=1 "$venv/bin/python" "$root/tests/python/test_openrlhf.py" &&
      "$venv/bin/python" "$root/tests/python/test_nn.py" &&
+     "$venv/bin/python" "$root/tests/python/test_readme.py" &&
      RECO_REQUIRE_TRL_TRAIN=1 "$venv/bin/python" "$root/tests/python/test_trl_train.py" &&
      "$venv/bin/python" "$root/tests/torch/test_ops.py" "$ops" &&
      "$venv/bin/python" "$root/tests/torch/test_compose_ops.py" "$ops")
