@@ -351,6 +351,15 @@ TEST(TreeStats, MatchedComparisonInterpolatesTheControlsTrajectory) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_NEAR(d[0], 0.88 - 0.83, 1e-12);
   EXPECT_EQ(excluded, 0);
+  // Reversed: the treatment's trajectory where its Pass@1 reaches the control's final 0.6 (never:
+  // excluded), and where its KL reaches the control's final 1.0 (never either); at 0.35 it would.
+  tree_claim r{"Y", "y", "reco", "grpo", "rmatched_pass1:pass1024"};
+  EXPECT_TRUE(claim_differences(r, runs, excluded).empty());
+  EXPECT_EQ(excluded, 1);
+  u.trajectory.back().pass1 = 0.35;
+  const std::vector<double> e = claim_differences(r, runs, excluded);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NEAR(e[0], (0.90 + 0.5 * (0.88 - 0.90)) - 0.80, 1e-12);
 }
 
 }  // namespace

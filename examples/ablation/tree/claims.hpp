@@ -21,6 +21,7 @@ struct tree_claim {
   enum class kind { greater, less, not_worse } direction = kind::greater;
   bool primary = false;
   double margin = 0.02;  // not_worse
+  bool exploratory = false;  // added after the pre-registered results: a family of its own
 };
 
 struct tree_verdict {
@@ -60,6 +61,17 @@ inline std::vector<tree_claim> tree_claims() {
        "rich_share", K::less},
       {"M4", "ReCo's correct answers are less base-likely within a problem (Figure 1 shift)", "reco", "grpo",
        "fig1_shift", K::less},
+      // Exploratory, written after the pre-registered results were seen (docs/ablation.md).
+      {"E1", "ReCo beats GRPO at Pass@1024 at GRPO's Pass@1 (ReCo's trajectory)", "reco", "grpo",
+       "rmatched_pass1:pass1024", K::greater, false, 0.02, true},
+      {"E2", "ReCo beats GRPO at Pass@1024 at GRPO's KL (ReCo's trajectory)", "reco", "grpo", "rmatched_kl:pass1024",
+       K::greater, false, 0.02, true},
+      {"E3", "ReCo's weight on correct answers only raises Pass@1024 over GRPO", "correct_only_a025", "grpo",
+       "pass1024", K::greater, false, 0.02, true},
+      {"E4", "w ∝ π_old^-1 on correct answers only raises Pass@1024 over GRPO", "correct_only_a1", "grpo", "pass1024",
+       K::greater, false, 0.02, true},
+      {"E5", "ReCo raises Pass@1024 over GRPO at lr/4", "reco", "grpo_lr4", "pass1024", K::greater, false, 0.02,
+       true},
   };
 }
 
@@ -108,7 +120,9 @@ inline std::vector<double> claim_differences(const tree_claim& c, const std::map
   excluded = 0;
   auto t = runs.find(c.treatment);
   if (t == runs.end()) return d;
-  const bool matched = c.metric.rfind("matched_", 0) == 0;
+  // "rmatched_": the other way round, the treatment's trajectory at the control's final x.
+  const bool reversed = c.metric.rfind("rmatched_", 0) == 0;
+  const bool matched = reversed || c.metric.rfind("matched_", 0) == 0;
   for (const auto& [seed, tr] : t->second) {
     if (c.control.empty()) {
       const double v = metric_of(*tr, c.metric);
@@ -123,12 +137,16 @@ inline std::vector<double> claim_differences(const tree_claim& c, const std::map
       if (std::isnan(a) || std::isnan(b)) ++excluded; else d.push_back(a - b);
       continue;
     }
-    const std::string x = c.metric.substr(8, c.metric.find(':') - 8), y = c.metric.substr(c.metric.find(':') + 1);
+    const std::size_t at = reversed ? 9 : 8;
+    const std::string x = c.metric.substr(at, c.metric.find(':') - at), y = c.metric.substr(c.metric.find(':') + 1);
     auto xm = x == "pass1" ? &run_result::point::pass1 : &run_result::point::kl;
     auto ym = y == "pass256" ? &run_result::point::pass256 : &run_result::point::pass1024;
-    const double target = (*tr).trajectory.back().*xm, mine = (*tr).trajectory.back().*ym;
-    const double theirs = at_first_crossing(ctl.trajectory, target, xm, ym);
-    if (std::isnan(theirs)) ++excluded; else d.push_back(mine - theirs);
+    const run_result& moving = reversed ? *tr : ctl;  // the run whose trajectory is interpolated
+    const run_result& fixed_end = reversed ? ctl : *tr;
+    const double target = fixed_end.trajectory.back().*xm, end_value = fixed_end.trajectory.back().*ym;
+    const double along = at_first_crossing(moving.trajectory, target, xm, ym);
+    if (std::isnan(along)) ++excluded;
+    else d.push_back(reversed ? along - end_value : end_value - along);
   }
   return d;
 }
@@ -144,11 +162,11 @@ inline std::vector<tree_verdict> evaluate_tree_claims(
     if (v.r.n < 2) v.verdict = "not run";
     out.push_back(v);
   }
-  for (bool primary : {true, false}) {
+  for (int family : {0, 1, 2}) {  // primary, secondary, exploratory
     std::vector<double> p;
     std::vector<std::size_t> at;
     for (std::size_t i = 0; i < out.size(); ++i)
-      if (out[i].c.primary == primary && out[i].verdict != "not run" &&
+      if ((out[i].c.primary ? 0 : out[i].c.exploratory ? 2 : 1) == family && out[i].verdict != "not run" &&
           out[i].c.direction != tree_claim::kind::not_worse) {
         p.push_back(out[i].r.p);
         at.push_back(i);

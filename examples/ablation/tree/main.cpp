@@ -228,7 +228,7 @@ int run(study s, const fs::path& out) {
     for (int k : ks) f << ",pass" << k;
     f << ",common_only_pass1024,both_pass1024,rare_only_pass1024,pool_pass1,pool_pass1024,token_entropy,seq_entropy,"
          "kl,fig1_shift,effective_correct,pool_token_entropy,reward_first,reward_last,slope,rich_share,"
-         "rich_distinct_share,repeats,cos_grpo_reco,cos_own_grpo,reco_weight_exponent,own_weight_exponent,clip_frac,"
+         "rich_distinct_share,repeats,neg_pos_mass,cos_grpo_reco,cos_own_grpo,reco_weight_exponent,own_weight_exponent,clip_frac,"
          "cap_hits,groups_used\n";
     for (const auto& r : results) {
       f << r.arm << "," << r.seed;
@@ -242,6 +242,7 @@ int run(study s, const fs::path& out) {
         << num(r.pos_mass > 0 ? r.pos_mass_rich / r.pos_mass : NAN, 6) << ","
         << num(r.distinct > 0 ? r.distinct_rich / r.distinct : NAN, 6) << ","
         << num(r.distinct > 0 ? r.correct_samples / r.distinct : NAN, 6) << ","
+        << num(r.pos_mass > 0 ? r.neg_mass / r.pos_mass : NAN, 6) << ","
         << num(r.cos_n ? r.cos_grpo_reco / r.cos_n : NAN, 6) << "," << num(r.cos_n ? r.cos_own_grpo / r.cos_n : NAN, 6)
         << "," << num(r.wexp_reco_den > 0 ? r.wexp_reco_num / r.wexp_reco_den : NAN, 6) << ","
         << num(r.wexp_own_den > 0 ? r.wexp_own_num / r.wexp_own_den : NAN, 6) << "," << num(r.clip_frac, 6) << ","
@@ -314,6 +315,8 @@ int run(study s, const fs::path& out) {
         << (std::isnan(v.p_holm) ? "–" : num(v.p_holm, 4)) << " | " << num(k * v.mde, dg) << " ("
         << num(v.multiplier, 2) << ") | " << v.r.n << " (" << v.excluded << ") | **" << v.verdict << "** |\n";
   }
+  rep << "\nE1–E5 and the arms \"correct answers only\" were added after the pre-registered results were seen "
+         "(exploratory, a Holm family of their own).\n";
   rep << "\n## Pass@k and the policy at the end of training (mean ± sd over seeds)\n\n| arm |";
   const std::vector<int> show = {1, 4, 16, 64, 256, 1024};
   for (int k : show) rep << " Pass@" << k << " |";
@@ -359,16 +362,17 @@ int run(study s, const fs::path& out) {
          "- rich share: share of the positive-advantage gradient mass (|Σ_t ∂ℓ/∂logp_t| of the arm's objective, "
          "on-policy) carried by correct answers above the median π_old of their problem's correct answers; "
          "distinct share: their share of the distinct correct answers sampled; repeats: correct samples per "
-         "distinct correct answer (mixed groups);\n"
+         "distinct correct answer (mixed groups); − / + mass: the negative-advantage gradient mass (incorrect "
+         "answers) over the positive one in the same groups (added after the pre-registration, exploratory);\n"
          "- cos: cosine between GRPO's and ReCo's parameter gradients on the same on-policy batch; cos(own, GRPO) "
          "the arm's own against GRPO's;\n"
          "- weight exponent: slope of log w on log π_old(y) of the response weight implied by the objective "
          "(coefficient against GRPO's, no KL term, uncapped responses): ReCo's weight (measured on every arm's "
          "batches) and the arm's own (token-ratio arms); a distinct response's expected weight then scales as "
          "π^(1 + exponent).\n\n";
-  rep << "| arm | slope | rich share | distinct share | repeats | cos(GRPO, ReCo) | cos(own, GRPO) | ReCo weight "
-         "exponent | own weight exponent | clip frac | cap hits / run |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-         "---:|---:|\n";
+  rep << "| arm | slope | rich share | distinct share | repeats | − / + mass | cos(GRPO, ReCo) | cos(own, GRPO) | "
+         "ReCo weight exponent | own weight exponent | clip frac | cap hits / run |\n|---|---:|---:|---:|---:|---:|---:|"
+         "---:|---:|---:|---:|---:|\n";
   for (const auto& a : s.arms) {
     const auto& rs = list[a];
     auto m = [&](auto f, int dg) { return num(mean_sd(rs, f).first, dg); };
@@ -377,6 +381,7 @@ int run(study s, const fs::path& out) {
         << m([](const run_result& r) { return r.pos_mass > 0 ? r.pos_mass_rich / r.pos_mass : NAN; }, 3) << " | "
         << m([](const run_result& r) { return r.distinct > 0 ? r.distinct_rich / r.distinct : NAN; }, 3) << " | "
         << m([](const run_result& r) { return r.distinct > 0 ? r.correct_samples / r.distinct : NAN; }, 2) << " | "
+        << m([](const run_result& r) { return r.pos_mass > 0 ? r.neg_mass / r.pos_mass : NAN; }, 3) << " | "
         << m([](const run_result& r) { return r.cos_n ? r.cos_grpo_reco / r.cos_n : NAN; }, 3) << " | "
         << m([](const run_result& r) { return r.cos_n ? r.cos_own_grpo / r.cos_n : NAN; }, 3) << " | "
         << m([](const run_result& r) { return r.wexp_reco_den > 0 ? r.wexp_reco_num / r.wexp_reco_den : NAN; }, 4)
@@ -418,16 +423,18 @@ int run(study s, const fs::path& out) {
                 signed_num(k * v.r.hi, dg).c_str(), std::isnan(v.p_holm) ? "  –  " : num(v.p_holm, 4).c_str(),
                 num(k * v.mde, dg).c_str(), v.r.n, v.verdict.c_str());
   }
-  std::printf("\nstrategy tree: the mechanism (means over seeds)\n  %-16s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "arm",
-              "slope", "rich", "distinct", "repeats", "cos G/R", "ReCo wx", "own wx", "entropy", "P@1024");
+  std::printf("\nstrategy tree: the mechanism (means over seeds)\n  %-16s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n",
+              "arm", "slope", "rich", "distinct", "repeats", "-/+ mass", "cos G/R", "ReCo wx", "own wx", "entropy",
+              "P@1024");
   for (const auto& a : s.arms) {
     const auto& rs = list[a];
     auto m = [&](auto f) { return mean_sd(rs, f).first; };
-    std::printf("  %-16s %8.4f %8.3f %8.3f %8.2f %8.3f %8.4f %8.4f %8.3f %8.2f\n", a.c_str(),
+    std::printf("  %-16s %8.4f %8.3f %8.3f %8.2f %8.3f %8.3f %8.4f %8.4f %8.3f %8.2f\n", a.c_str(),
                 m([](const run_result& r) { return r.slope_den > 0 ? r.slope_num / r.slope_den : NAN; }),
                 m([](const run_result& r) { return r.pos_mass > 0 ? r.pos_mass_rich / r.pos_mass : NAN; }),
                 m([](const run_result& r) { return r.distinct > 0 ? r.distinct_rich / r.distinct : NAN; }),
                 m([](const run_result& r) { return r.distinct > 0 ? r.correct_samples / r.distinct : NAN; }),
+                m([](const run_result& r) { return r.pos_mass > 0 ? r.neg_mass / r.pos_mass : NAN; }),
                 m([](const run_result& r) { return r.cos_n ? r.cos_grpo_reco / r.cos_n : NAN; }),
                 m([](const run_result& r) { return r.wexp_reco_den > 0 ? r.wexp_reco_num / r.wexp_reco_den : NAN; }),
                 m([](const run_result& r) { return r.wexp_own_den > 0 ? r.wexp_own_num / r.wexp_own_den : NAN; }),
@@ -439,10 +446,25 @@ int run(study s, const fs::path& out) {
               100 * mean_sd(list["base"], [](const run_result& r) { return r.test.pass[10]; }).first);
 #ifdef RECO_TREE_PLOTS
   {
-    const std::string cmd = "python3 \"" RECO_TREE_PLOTS "\" \"" + out.string() + "\" > \"" +
-                            (out / "plots.log").string() + "\" 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::printf("plots: %s\n", rc == 0 ? (out / "plots").string().c_str() : "not drawn (see plots.log)");
+    // The first interpreter with matplotlib, as for the Countdown study: $RECO_ABLATION_PYTHON,
+    // python3 on the PATH, the system's /usr/bin/python3 (Debian's python3-matplotlib).
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("RECO_ABLATION_PYTHON")) candidates.push_back(env);
+    candidates.push_back("python3");
+    candidates.push_back("/usr/bin/python3");
+    std::string python;
+    for (const auto& c : candidates)
+      if (std::system(("'" + c + "' -c 'import matplotlib' > /dev/null 2>&1").c_str()) == 0) {
+        python = c;
+        break;
+      }
+    int rc = 1;
+    if (!python.empty())
+      rc = std::system(("'" + python + "' '" RECO_TREE_PLOTS "' '" + out.string() + "' > '" +
+                        (out / "plots.log").string() + "' 2>&1").c_str());
+    std::printf("plots: %s\n", rc == 0 ? (out / "plots").string().c_str()
+                                       : python.empty() ? "not drawn (no python3 with matplotlib)"
+                                                        : "not drawn (see plots.log)");
   }
 #endif
   std::printf("report: %s (%.0f s)\n", (out / "tree_report.md").string().c_str(), secs);

@@ -54,6 +54,11 @@ struct arm {
   double alpha = -1.0;        // >= 0: weighted_grpo with w = min(10, pi_old^-alpha / G)
   bool dapo_sampling = false; // DAPO's dynamic sampling (reco::filter_groups, refill)
   bool variance_ratio = false, clip_higher = false;  // for the per-bin clip diagnostic
+  // Exploratory (added after the pre-registered results): the dose weight on the correct answers
+  // only, rescaled within each group so that the correct answers' weights sum to their number,
+  // incorrect answers weight 1 (GRPO's). alpha_one_over_L: alpha = 1/L (ReCo's exponent).
+  bool correct_only = false, alpha_one_over_L = false;
+  bool exploratory = false;
 };
 
 inline const std::vector<arm>& arms() {
@@ -70,6 +75,8 @@ inline const std::vector<arm>& arms() {
       {"weight_a1", "w ∝ π_old^-1", "", 1.0, 1.0},
       {"grpo_lr2", "GRPO, lr/2", "grpo", 0.5},
       {"grpo_lr4", "GRPO, lr/4", "grpo", 0.25},
+      {"correct_only_a025", "ReCo's weight, correct answers only", "", 1.0, 0.0, false, false, false, true, true, true},
+      {"correct_only_a1", "w ∝ π_old^-1, correct answers only", "", 1.0, 1.0, false, false, false, true, false, true},
   };
   return all;
 }
@@ -280,6 +287,7 @@ struct run_result {
   // The mechanism (sums over the run; ratios formed when written).
   double slope_num = 0, slope_den = 0;        // within-problem slope of dlog pi on log pi_old (correct answers)
   double pos_mass = 0, pos_mass_rich = 0;     // positive-advantage gradient mass, and on answers above the median
+  double neg_mass = 0;                        // negative-advantage gradient mass (incorrect answers, same groups)
   double distinct = 0, distinct_rich = 0;     // distinct correct answers in mixed groups, and above the median
   double correct_samples = 0;                 // correct samples in mixed groups (repeats = samples / distinct)
   double cos_grpo_reco = 0, cos_own_grpo = 0; int cos_n = 0;
@@ -359,7 +367,8 @@ inline run_result train(const instance& in, const arm& a, const train_config& cf
   const objective_fn grpo = make_objective(find_arm("grpo")), reco_obj = make_objective(find_arm("reco"));
   const objective_fn own_nokl = make_objective(a, true), grpo_nokl = make_objective(find_arm("grpo"), true),
                      resp_nokl = make_objective(find_arm("response_only"), true);
-  const bool own_weight_measurable = a.alpha >= 0 || a.preset == "reco_response_only" || a.preset == "grpo";
+  const bool own_weight_measurable =
+      (a.alpha >= 0 && !a.correct_only) || a.preset == "reco_response_only" || a.preset == "grpo";
   ws_type ws;
   run_result res;
   res.arm = a.name;
@@ -411,12 +420,22 @@ inline run_result train(const instance& in, const arm& a, const train_config& cf
     // Response weights of the dose series: min(cap, pi_old^-alpha / G) given to caller_weight
     // (the cap is the objective's).
     w.clear();
-    if (a.alpha >= 0)
+    if (a.alpha >= 0) {
+      const double alpha = a.alpha_one_over_L ? 1.0 / L : a.alpha;
       for (int i = 0; i < b.R; ++i) {
         double lp = 0;
         for (int t = 0; t < L; ++t) lp += b.old_logp[i * L + t];
-        w.push_back(std::exp(-a.alpha * lp) / G);
+        w.push_back(std::exp(-alpha * lp) / G);
       }
+      if (a.correct_only)
+        for (int g0 = 0; g0 < b.R; g0 += G) {
+          double sum = 0;
+          int n = 0;
+          for (int j = 0; j < G; ++j)
+            if (b.reward[g0 + j] > 0.5) sum += w[g0 + j], ++n;
+          for (int j = 0; j < G; ++j) w[g0 + j] = b.reward[g0 + j] > 0.5 ? w[g0 + j] * n / sum : 1.0;
+        }
+    }
     const std::vector<double> A = grpo_advantages(b.reward, G);
 
     // ---- The mechanism on the step's batch, on-policy, before any update -------------------
@@ -497,7 +516,10 @@ inline run_result train(const instance& in, const arm& a, const train_config& cf
         std::vector<int> seen;
         for (int j = 0; j < G; ++j) {
           const int i = g0 + j;
-          if (b.reward[i] < 0.5) continue;
+          if (b.reward[i] < 0.5) {
+            if (A[i] < 0) res.neg_mass += std::abs(coef[i]);
+            continue;
+          }
           double lp = 0;
           for (int t = 0; t < L; ++t) lp += b.old_logp[i * L + t];
           const bool rich = lp > med + 1e-12;
