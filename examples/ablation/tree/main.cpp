@@ -346,6 +346,21 @@ int run(study s, const fs::path& out) {
       rep << num(mean_sd(rs, [](const run_result& r) { return r.reward_first; }).first, 2) << " → "
           << num(mean_sd(rs, [](const run_result& r) { return r.reward_last; }).first, 2) << " |\n";
   }
+  // Figure 1's low tail: the share of the correct answers' probability mass whose base
+  // log-likelihood per token lies below -0.6 (from the pooled histograms).
+  rep << "\nFigure 1's low tail (`tree_fig1.csv`, plot `tree_fig1.png`): share of the correct answers' probability mass "
+         "whose base log-likelihood per token is below −0.6, mean over seeds:\n\n| arm | tail share |\n|---|---:|\n";
+  for (const auto& a : order) {
+    if (!list.count(a)) continue;
+    const double width = (fig1_range::hi - fig1_range::lo) / fig1_range::bins;
+    const double share = mean_sd(list[a], [&](const run_result& r) {
+                           double t = 0;
+                           for (int b = 0; b < fig1_range::bins; ++b)
+                             if (fig1_range::lo + (b + 1) * width <= -0.6 + 1e-12) t += r.fig1[b] * width;
+                           return t;
+                         }).first;
+    rep << "| " << label_of(a) << " | " << num(100 * share, 2) << " % |\n";
+  }
   rep << "\nPass@1024 by class of held-out problem (mean over seeds):\n\n| arm | common_only | both | rare_only |\n"
          "|---|---:|---:|---:|\n";
   for (const auto& a : order) {

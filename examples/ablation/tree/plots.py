@@ -69,6 +69,8 @@ def main(out):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=LABELS.get(arm, arm))
     ax.set_xlabel("base log-likelihood per token of a correct answer")
     ax.set_ylabel("density (weighted by π)")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-4, None)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(plots, "tree_fig1.png"), dpi=120)
