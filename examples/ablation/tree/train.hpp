@@ -305,13 +305,11 @@ struct fig1_range {
   static constexpr int bins = 40;
 };
 
-// The base policy as a run (no training).
-inline run_result base_result(const instance& in) {
-  run_result r;
-  r.arm = "base";
-  r.test = evaluate_set(in, in.base, in.train(), in.test());
-  r.pool = evaluate_set(in, in.base, 0, in.train());
-  r.fig1 = fig1_histogram(in, in.base, in.train(), in.test(), fig1_range::lo, fig1_range::hi, fig1_range::bins);
+// The exact evaluation at the end of a run: held-out and pool sets, Figure 1, Pass@k by class.
+inline void evaluate_final(const instance& in, const std::vector<double>& th, run_result& r) {
+  r.test = evaluate_set(in, th, in.train(), in.test());
+  r.pool = evaluate_set(in, th, 0, in.train());
+  r.fig1 = fig1_histogram(in, th, in.train(), in.test(), fig1_range::lo, fig1_range::hi, fig1_range::bins);
   for (int cl = 0; cl < 3; ++cl) {
     std::vector<double> s(eval_ks().size(), 0.0);
     int n = 0;
@@ -323,6 +321,13 @@ inline run_result base_result(const instance& in) {
     for (auto& x : s) x = n ? x / n : NAN;
     r.test_pass_by_class[cl] = s;
   }
+}
+
+// The base policy as a run (no training).
+inline run_result base_result(const instance& in) {
+  run_result r;
+  r.arm = "base";
+  evaluate_final(in, in.base, r);
   return r;
 }
 
@@ -613,20 +618,7 @@ inline run_result train(const instance& in, const arm& a, const train_config& cf
     res.reward_last += rewards_seen[rewards_seen.size() - 1 - j] / n10;
   }
   if (res.updates > 0) res.clip_frac /= res.updates;
-  res.test = evaluate_set(in, th, in.train(), in.test());
-  res.pool = evaluate_set(in, th, 0, in.train());
-  res.fig1 = fig1_histogram(in, th, in.train(), in.test(), fig1_range::lo, fig1_range::hi, fig1_range::bins);
-  for (int cl = 0; cl < 3; ++cl) {
-    std::vector<double> s(eval_ks().size(), 0.0);
-    int n = 0;
-    for (int p = 0; p < in.test(); ++p) {
-      if (static_cast<int>(in.problems[in.train() + p].cls) != cl) continue;
-      ++n;
-      for (std::size_t j = 0; j < s.size(); ++j) s[j] += pass_at_k_exact(res.test.per_problem_p[p], eval_ks()[j]);
-    }
-    for (auto& x : s) x = n ? x / n : NAN;
-    res.test_pass_by_class[cl] = s;
-  }
+  evaluate_final(in, th, res);
   return res;
 }
 
