@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The ReCo ablation study (docs/ablation.md): installs what it needs, builds the study program
-# and runs it. GRPO-family objectives x base policies x seeds on a built-in Countdown task; the report,
-# CSV files and plots go to results/ (or --out DIR).
+# The ReCo ablation study (docs/ablation.md): installs what it needs, builds the two study programs
+# and runs them: first the strategy tree (exact Pass@k, the mechanism measured; results in
+# <out>/tree/), then GRPO-family objectives x base policies x seeds on the built-in Countdown task
+# (<out>/). Report, CSV files and plots go to results/ (or --out DIR).
 #
-#   scripts/reproduce.sh                  # the default study (CPU, about 12 minutes on 2 cores)
-#   scripts/reproduce.sh --full           # the powered study (every configuration, 8 base policies)
-#   scripts/reproduce.sh --device cuda    # the GPU study: --full unless --default (CUDA LibTorch, see below)
+#   scripts/reproduce.sh                  # both default studies (CPU, about 17 minutes on 2 cores)
+#   scripts/reproduce.sh --full           # the powered studies (tree: 128 seeds; Countdown: every configuration, 8 base policies)
+#   scripts/reproduce.sh --device cuda    # Countdown on the GPU: --full unless --default (CUDA LibTorch, see below)
+#   scripts/reproduce.sh --tree-only | --countdown-only
+#   scripts/reproduce.sh --tree-seeds N   # the tree study's seeds (default 40, --full 128)
 #   scripts/reproduce.sh --out DIR ...    # any other option is passed to reco_ablation (--help)
 #
 # Environment: RECO_BUILD_DIR (default build-ablation), RECO_NO_INSTALL=1 to skip apt-get,
@@ -19,10 +22,20 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${RECO_BUILD_DIR:-$root/build-ablation}
 device=cpu
 args=()
+out=results
+run_tree=1
+run_countdown=1
+tree_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; args+=("$1" "$2"); shift 2 ;;
     --device=*) device=${1#--device=}; args+=("--device" "$device"); shift ;;
+    --out) out=$2; args+=("$1" "$2"); shift 2 ;;
+    --full) tree_args+=(--full); args+=("$1"); shift ;;
+    --smoke) tree_args+=(--smoke); args+=("$1"); shift ;;
+    --tree-seeds) tree_args+=(--seeds "$2"); shift 2 ;;
+    --tree-only) run_countdown=0; shift ;;
+    --countdown-only) run_tree=0; shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -88,8 +101,11 @@ say "configuring $build"
 mkdir -p "$build"
 cmake -S "$root" -B "$build" "${cmake_args[@]}" > "$build/reproduce-configure.log" 2>&1 ||
   { cat "$build/reproduce-configure.log"; exit 1; }
-say "building reco_ablation"
-cmake --build "$build" --target reco_ablation -j "$(nproc)" > "$build/reproduce-build.log" 2>&1 ||
+targets=()
+[ $run_tree = 1 ] && targets+=(reco_tree_study)
+[ $run_countdown = 1 ] && targets+=(reco_ablation)
+say "building ${targets[*]}"
+cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" > "$build/reproduce-build.log" 2>&1 ||
   { tail -50 "$build/reproduce-build.log"; exit 1; }
 
 # ---- 3. Run the study --------------------------------------------------------------------------
@@ -99,7 +115,16 @@ for d in /usr/lib/x86_64-linux-gnu/openblas-pthread /usr/lib/aarch64-linux-gnu/o
 done
 cd "$root"
 status=0
-"$build/examples/ablation/reco_ablation" "${args[@]}" || status=$?
+if [ $run_tree = 1 ]; then
+  say "the strategy-tree study -> $out/tree"
+  t0=$(date +%s)
+  "$build/examples/ablation/tree/reco_tree_study" --out "$out/tree" --workers "$(nproc)" "${tree_args[@]}" || status=$?
+  say "strategy tree: $(( $(date +%s) - t0 )) s"
+fi
+if [ $run_countdown = 1 ] && [ $status = 0 ]; then
+  say "the Countdown study -> $out"
+  "$build/examples/ablation/reco_ablation" "${args[@]}" || status=$?
+fi
 
 end=$(date +%s)
 secs=$((end - start))
