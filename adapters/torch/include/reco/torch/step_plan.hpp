@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,6 +72,15 @@ struct step_options {
   // The 80/20 cut's windowed first pass over a large micro-batch on the host (reco::window_sampling):
   // its cost, never the plan.
   reco::window_sampling window{};
+  // Test and tracing hooks (none by default).
+  struct hooks_type {
+    // Called after each all-reduce of the plan with its stage index and the summed values, which
+    // it may alter (the fault tests corrupt a rank's copy, or end a rank, here).
+    std::function<void(int stage, std::vector<double>& summed)> after_sum;
+    // Mixed into the id of the plan's protocol this rank runs (the fault tests make ranks that
+    // run different builds of the library).
+    std::uint64_t build_salt = 0;
+  } hooks;
 };
 
 // A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.
@@ -82,9 +92,12 @@ struct planned_step {
 };
 
 namespace detail {
+// `early`: an error this rank met before it could set up the plan (its preset), which the other
+// ranks learn from the layout's exchange (ops is then unused).
 planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const objective_needs& needs,
                                   const plan_ops& ops, std::uint64_t config,
-                                  const std::vector<policy_inputs>& micro_batches, const step_options& options);
+                                  const std::vector<policy_inputs>& micro_batches, const step_options& options,
+                                  const reco::error* early = nullptr);
 std::uint64_t config_digest(const std::string& preset, const std::map<std::string, double>& overrides);
 }  // namespace detail
 
