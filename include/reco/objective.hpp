@@ -223,9 +223,7 @@ class objective {
                   "reco::objective: covariance_selection (clip_cov / kl_cov) selects in host memory: it runs on "
                   "host-accessible backends (reco::cpu)");
     validate();
-    const objective_needs n = needs();
-    detail::validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
-                           n.entropy_gradient);
+    detail::validate_batch(batch, grads, norm, needs());
     if constexpr (Backend::host_accessible) detail::validate_offsets_host(batch);
     detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(weight), Backend::host_accessible);
     detail::validate_token_advantages(batch, Backend::host_accessible);

@@ -10,6 +10,8 @@
 
 #include "reco/batch.hpp"
 #include "reco/config.hpp"
+#include "reco/input_rules.hpp"
+#include "reco/objective_needs.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
@@ -45,10 +47,12 @@ void check_per_response(const S& s, index_t r, const char* name, bool required, 
     fail(name, "has " + std::to_string(s.size()) + " entries, expected one per response (" + std::to_string(r) + ")");
 }
 
-// The inputs' structure (sizes, layout, required inputs), without the gradients.
+// The inputs' structure (sizes, layout, required inputs: reco/input_rules.hpp), without the
+// gradients.
 template <class T>
-void validate_inputs(const batch_view<T>& b, bool needs_rewards, bool needs_advantages, bool needs_ref,
-                     bool needs_entropy, bool needs_response_weights) {
+void validate_inputs(const batch_view<T>& b, const objective_needs& needs) {
+  auto required = [&](call_input in) { return requires_input(needs, in); };
+  auto required_by = [](call_input in) { return rule_of(in).required_by; };
   const token_layout& L = b.layout;
   const index_t N = b.logp.size();
   if (L.kind == layout_kind::padded) {
@@ -68,36 +72,36 @@ void validate_inputs(const batch_view<T>& b, bool needs_rewards, bool needs_adva
   check_per_token(b.entropy, N, "batch.entropy");
   check_per_token(b.mask, N, "batch.mask");
   check_per_token(b.token_weights, N, "batch.token_weights");
-  if (needs_ref && b.ref_logp.empty() && N > 0) fail("batch.ref_logp", "is required by the KL term");
-  if (needs_entropy && b.entropy.empty() && N > 0)
-    fail("batch.entropy", "is required by the token selector, the entropy-split clip or the entropy bonus");
-  check_per_response(b.rewards, R, "batch.rewards", needs_rewards, "the advantage estimator");
+  if (required(call_input::ref_logp) && b.ref_logp.empty() && N > 0)
+    fail("batch.ref_logp", required_message(call_input::ref_logp));
+  if (required(call_input::entropy) && b.entropy.empty() && N > 0)
+    fail("batch.entropy", required_message(call_input::entropy));
+  check_per_response(b.rewards, R, "batch.rewards", required(call_input::rewards), required_by(call_input::rewards));
   check_per_token(b.token_advantages, N, "batch.token_advantages");
   if (!b.token_advantages.empty()) {
-    require(needs_advantages, "batch.token_advantages",
+    require(reads_input(needs, call_input::token_advantages), "batch.token_advantages",
             "is read only by reco::given_advantage (reco::with_given_advantages(objective)); this objective's "
             "estimator computes its own advantages");
     require(b.advantages.empty(), "batch.token_advantages",
             "give the advantages per response (batch.advantages) or per token (batch.token_advantages), not both");
   }
   // A batch without tokens reads no advantage (its per-token advantages would be empty too).
-  check_per_response(b.advantages, R, "batch.advantages", needs_advantages && b.token_advantages.empty() && N > 0,
-                     "reco::given_advantage (or give batch.token_advantages, one per token)");
-  check_per_response(b.response_weights, R, "batch.response_weights", needs_response_weights,
-                     "reco::caller_weight");
+  check_per_response(b.advantages, R, "batch.advantages",
+                     required(call_input::advantages) && b.token_advantages.empty() && N > 0,
+                     required_by(call_input::advantages));
+  check_per_response(b.response_weights, R, "batch.response_weights", required(call_input::response_weights),
+                     required_by(call_input::response_weights));
   require(b.group_offsets.size() >= 1, "batch.group_offsets", "needs P + 1 entries (at least {0})");
 }
 
 template <class T>
-void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normalisers& n, bool needs_rewards,
-                    bool needs_advantages, bool needs_ref, bool needs_entropy, bool needs_response_weights,
-                    bool entropy_gradient) {
-  validate_inputs(b, needs_rewards, needs_advantages, needs_ref, needs_entropy, needs_response_weights);
+void validate_batch(const batch_view<T>& b, const gradients<T>& g, const normalisers& n, const objective_needs& needs) {
+  validate_inputs(b, needs);
   const index_t N = b.logp.size();
   require(g.logp.size() == N, "grads.logp",
           "has " + std::to_string(g.logp.size()) + " entries, expected one per token (" + std::to_string(N) + ")");
-  if (entropy_gradient)
-    require(g.entropy.size() == N, "grads.entropy", "is required (one per token) when an entropy term is on");
+  if (requires_input(needs, call_input::grad_entropy))
+    require(g.entropy.size() == N, "grads.entropy", required_message(call_input::grad_entropy) + " (one per token)");
   else
     check_per_token(g.entropy, N, "grads.entropy");
   require(n.tokens >= 0 && n.responses >= 0 && n.kept_tokens >= 0 && n.kept_responses >= 0, "normalisers",

@@ -485,3 +485,53 @@ TEST(TokenChecks, LimitsAreAccepted) {
 }
 
 }  // namespace token_value_tests
+
+namespace input_rule_tests {
+
+// reco/input_rules.hpp decides which inputs the core requires: with every other input given, a
+// missing input is an error naming it exactly when the table requires it of the objective's needs.
+TEST(InputRules, TheTableDecidesWhatTheCoreRequires) {
+  batch_spec spec;
+  spec.groups = 4;
+  spec.max_group = 4;
+  spec.max_length = 6;
+  spec.response_weights = true;  // every optional input given
+  const typed_batch<float> tb(make_batch(7, spec));
+  std::vector<float> grad_logp(tb.logp.size()), grad_entropy(tb.logp.size());
+  using reco::call_input;
+  const call_input inputs[] = {call_input::rewards,  call_input::advantages,       call_input::ref_logp,
+                               call_input::entropy,  call_input::response_weights, call_input::grad_entropy};
+  int required = 0;
+  for (int bits = 0; bits < 32; ++bits) {
+    reco::objective_needs n;
+    n.rewards = bits & 1;
+    n.advantages = !n.rewards;
+    n.ref_logp = bits & 2;
+    n.entropy = bits & 4;
+    n.response_weights = bits & 8;
+    n.entropy_gradient = bits & 16;
+    for (const call_input in : inputs) {
+      reco::batch_view<float> v = tb.view();
+      v.token_advantages = {};
+      reco::gradients<float> g{reco::span<float>(grad_logp), reco::span<float>(grad_entropy)};
+      switch (in) {
+        case call_input::rewards: v.rewards = {}; break;
+        case call_input::advantages: v.advantages = {}; break;
+        case call_input::ref_logp: v.ref_logp = {}; break;
+        case call_input::entropy: v.entropy = {}; break;
+        case call_input::response_weights: v.response_weights = {}; break;
+        default: g.entropy = {}; break;
+      }
+      const std::string name = reco::rule_of(in).name;
+      const std::string expected = !reco::requires_input(n, in) ? ""
+                                   : in == call_input::grad_entropy ? "grads.entropy"
+                                                                    : "batch." + name;
+      required += !expected.empty();
+      EXPECT_EQ(thrown_argument([&] { reco::detail::validate_batch(v, g, reco::normalisers{}, n); }), expected)
+          << name << " with needs " << bits;
+    }
+  }
+  EXPECT_EQ(required, 32 + 4 * 16);  // rewards or advantages in every case, each of the other four in half
+}
+
+}  // namespace input_rule_tests

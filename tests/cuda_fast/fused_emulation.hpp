@@ -56,8 +56,7 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   // path must find malformed offsets itself).
   obj.validate();
   const reco::objective_needs n = obj.needs();
-  validate_batch(batch, grads, norm, n.rewards, n.advantages, n.ref_logp, n.entropy, n.response_weights,
-                 n.entropy_gradient);
+  validate_batch(batch, grads, norm, n);
   const batch_pointers<T> b = pointers_of(batch);
   const index_t R = b.layout.responses, N = b.layout.tokens, P = b.groups;
   fused::check_coverage(b.layout, N, P);

@@ -248,43 +248,37 @@ class policy_loss_function : public ::torch::autograd::Function<policy_loss_func
 
 namespace {
 
-// Validates and converts the inputs into c.request (no objective runs yet). `who` names the
-// objective in errors ("preset 'dapo'").
-void build_request(const policy_inputs& in, const detail::objective_needs& needs, prepared_call& c,
-                   const std::string& who) {
-  if (!in.logp.defined()) fail("logp", "is required");
-  check_dense(in.logp, "logp");
-  check_floating(in.logp, "logp");
-  const at::Tensor& logp = in.logp;
-  const at::Device device = logp.device();
-  if (!device.is_cpu() && !device.is_cuda())
-    fail("logp", "is on " + device.str() + "; reco::torch runs on CPU and CUDA tensors");
-
-  c.device = device;
-  c.cuda = device.is_cuda();
-  c.host_stats = in.host_stats;
-  c.compute = logp.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::ScalarType ct = c.compute;
-
-  // Layout.
-  const bool packed = in.offsets.defined();
+// The layout of logp: packed ([N] with offsets) or padded ([R, T]).
+struct input_layout {
+  bool packed = false;
   index_t R = 0, max_len = 0;
-  at::Tensor offsets;
-  if (packed) {
+  at::Tensor offsets;  // packed: int64 [R + 1]
+};
+
+input_layout layout_of(const policy_inputs& in, const at::Device& device) {
+  const at::Tensor& logp = in.logp;
+  input_layout l;
+  l.packed = in.offsets.defined();
+  if (l.packed) {
     if (logp.dim() != 1)
       fail("logp", "must be 1-D [N] when offsets are given (packed layout), got shape " + shape_of(logp));
-    offsets = offsets_input(in.offsets, "offsets", device);
-    R = offsets.numel() - 1;
+    l.offsets = offsets_input(in.offsets, "offsets", device);
+    l.R = l.offsets.numel() - 1;
   } else {
     if (logp.dim() != 2)
       fail("logp", "must be [R, T] (padded layout, with mask) or [N] with offsets (packed layout), got shape " +
                        shape_of(logp));
-    R = logp.size(0);
-    max_len = logp.size(1);
+    l.R = logp.size(0);
+    l.max_len = logp.size(1);
   }
+  return l;
+}
 
-  // Inputs the objective requires, named by this function's argument names.
-  // Both rewards and advantages: the one the objective does not read is named.
+// The input rules (reco/input_rules.hpp) on the inputs given, named by this function's argument
+// names: the inputs the objective requires are there, those it does not read are refused (their
+// values would be silently ignored), and the pairs that say the same thing twice are refused.
+void check_input_rules(const policy_inputs& in, const detail::objective_needs& needs, const at::Device& device,
+                       const std::string& who) {
   if (in.rewards.defined() && in.advantages.defined())
     fail(needs.rewards ? "advantages" : "rewards",
          who + (needs.rewards ? " computes advantages from rewards" : " takes its advantages from the advantages input") +
@@ -297,61 +291,29 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
   if (in.advantages.defined() && in.token_advantages.defined())
     fail("token_advantages", "give the advantages per response (advantages) or per token (token_advantages), not "
                              "both");
-  if (needs.rewards && !in.rewards.defined()) fail("rewards", "is required by this objective's advantage estimator");
-  if (needs.advantages && !in.advantages.defined() && !in.token_advantages.defined())
-    fail("advantages", "is required by reco::given_advantage (or token_advantages, one per token)");
-  if (needs.ref_logp && !in.ref_logp.defined())
-    fail("ref_logp", "is required by the KL term of " + who);
-  if (needs.entropy && !in.entropy.defined())
-    fail("entropy", "is required by this objective (token selector, entropy-split clip or entropy bonus)");
-  if (needs.response_weights && !in.response_weights.defined())
-    fail("response_weights", "is required by reco::caller_weight");
-  // Inputs the objective never reads are errors: their values would be silently ignored.
-  if (in.advantages.defined() && !needs.advantages)
-    fail("advantages", who + " computes advantages from rewards; it does not read this input");
-  if (in.token_advantages.defined() && !needs.advantages)
-    fail("token_advantages", who + " computes advantages from rewards; it does not read this input");
+  const std::pair<call_input, const at::Tensor*> given[] = {
+      {call_input::rewards, &in.rewards},         {call_input::advantages, &in.advantages},
+      {call_input::token_advantages, &in.token_advantages}, {call_input::ref_logp, &in.ref_logp},
+      {call_input::entropy, &in.entropy},         {call_input::response_weights, &in.response_weights}};
+  for (const auto& [input, tensor] : given) {
+    const bool present = tensor->defined() || (input == call_input::advantages && in.token_advantages.defined());
+    if (requires_input(needs, input) && !present) fail(rule_of(input).name, required_message(input, who));
+  }
+  for (const auto& [input, tensor] : given)
+    if (tensor->defined() && refuses_input(needs, input)) fail(rule_of(input).name, unread_message(input, who));
   if (in.token_advantages.defined() && device.is_cuda())
     fail("token_advantages", "advantages per token run on CPU tensors only in this version (the CUDA objectives "
                              "read one advantage per response)");
-  if (in.rewards.defined() && !needs.rewards)
-    fail("rewards", who + " takes its advantages from the advantages input (reco::given_advantage); it does not "
-                          "read this input");
-  if (in.response_weights.defined() && !needs.response_weights)
-    fail("response_weights", who + " does not weight responses by a given weight (only reco::caller_weight "
-                                   "does); it does not read this input");
+}
 
-  // Per-token and per-response values in the compute type.
-  const at::Tensor lp = logp.detach().to(ct).contiguous();
-  const at::Tensor old_lp = token_input(in.old_logp, "old_logp", logp, ct);
-  const at::Tensor ref_lp = token_input(in.ref_logp, "ref_logp", logp, ct);
-  const at::Tensor ent = token_input(in.entropy, "entropy", logp, ct);
-  const at::Tensor tw = token_input(in.token_weights, "token_weights", logp, ct);
-  const at::Tensor roll_lp = token_input(in.rollout_logp, "rollout_logp", logp, ct);
-  const at::Tensor tok_adv = token_input(in.token_advantages, "token_advantages", logp, ct);
-  const at::Tensor rewards = response_input(in.rewards, "rewards", R, device, ct);
-  if (in.advantages.defined() && logp.dim() == 2 && in.advantages.sizes() == logp.sizes())
-    fail("advantages", "has shape " + shape_of(in.advantages) + " (the shape of logp): one advantage per token "
-                           "goes in token_advantages; advantages takes one per response [" + std::to_string(R) + "]");
-  const at::Tensor adv = response_input(in.advantages, "advantages", R, device, ct);
-  const at::Tensor rw = response_input(in.response_weights, "response_weights", R, device, ct);
-
-  at::Tensor mask;
-  if (in.mask.defined()) {
-    check_dense(in.mask, "mask");
-    if (in.mask.scalar_type() != at::kBool && in.mask.scalar_type() != at::kByte)
-      fail("mask", "must be bool or uint8, got " + dtype_of(in.mask));
-    check_device(in.mask, "mask", device);
-    if (in.mask.sizes() != logp.sizes())
-      fail("mask", "has shape " + shape_of(in.mask) + ", expected the shape of logp " + shape_of(logp));
-    mask = in.mask.contiguous();
-  }
-
-  // Groups: given offsets, built from contiguous prompt ids, or equal groups of group_size. They
-  // are read by an estimator of rewards and by a response weight that uses G (ReCo's
-  // 1/(G pbar_old)). With given advantages and any other weight nothing reads them: group_size is
-  // then an error; group_offsets and prompt_ids stay accepted (and checked), as they always were
-  // for objectives around reco::given_advantage, and without them the batch is one group.
+// The prompt groups as int64 offsets [P + 1]: given offsets, built from contiguous prompt ids, or
+// equal groups of group_size. They are read by an estimator of rewards and by a response weight
+// that uses G (ReCo's 1/(G pbar_old)). With given advantages and any other weight nothing reads
+// them: group_size is then an error; group_offsets and prompt_ids stay accepted (and checked), as
+// they always were for objectives around reco::given_advantage, and without them the batch is one
+// group.
+at::Tensor groups_of(const policy_inputs& in, const detail::objective_needs& needs, index_t R,
+                     const at::Device& device, const std::string& who) {
   at::Tensor groups;
   if (in.group_offsets.defined() && in.prompt_ids.defined())
     fail("prompt_ids", "give either group_offsets or prompt_ids, not both");
@@ -398,6 +360,61 @@ void build_request(const policy_inputs& in, const detail::objective_needs& needs
     fail("group_offsets", "is required (or give prompt_ids or group_size): advantages and response weights are per "
                           "prompt group");
   }
+
+  return groups;
+}
+
+// Validates and converts the inputs into c.request (no objective runs yet). `who` names the
+// objective in errors ("preset 'dapo'").
+void build_request(const policy_inputs& in, const detail::objective_needs& needs, prepared_call& c,
+                   const std::string& who) {
+  if (!in.logp.defined()) fail("logp", "is required");
+  check_dense(in.logp, "logp");
+  check_floating(in.logp, "logp");
+  const at::Tensor& logp = in.logp;
+  const at::Device device = logp.device();
+  if (!device.is_cpu() && !device.is_cuda())
+    fail("logp", "is on " + device.str() + "; reco::torch runs on CPU and CUDA tensors");
+
+  c.device = device;
+  c.cuda = device.is_cuda();
+  c.host_stats = in.host_stats;
+  c.compute = logp.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::ScalarType ct = c.compute;
+
+  const input_layout layout = layout_of(in, device);
+  const bool packed = layout.packed;
+  const index_t R = layout.R, max_len = layout.max_len;
+  const at::Tensor& offsets = layout.offsets;
+  check_input_rules(in, needs, device, who);
+
+  // Per-token and per-response values in the compute type.
+  const at::Tensor lp = logp.detach().to(ct).contiguous();
+  const at::Tensor old_lp = token_input(in.old_logp, "old_logp", logp, ct);
+  const at::Tensor ref_lp = token_input(in.ref_logp, "ref_logp", logp, ct);
+  const at::Tensor ent = token_input(in.entropy, "entropy", logp, ct);
+  const at::Tensor tw = token_input(in.token_weights, "token_weights", logp, ct);
+  const at::Tensor roll_lp = token_input(in.rollout_logp, "rollout_logp", logp, ct);
+  const at::Tensor tok_adv = token_input(in.token_advantages, "token_advantages", logp, ct);
+  const at::Tensor rewards = response_input(in.rewards, "rewards", R, device, ct);
+  if (in.advantages.defined() && logp.dim() == 2 && in.advantages.sizes() == logp.sizes())
+    fail("advantages", "has shape " + shape_of(in.advantages) + " (the shape of logp): one advantage per token "
+                           "goes in token_advantages; advantages takes one per response [" + std::to_string(R) + "]");
+  const at::Tensor adv = response_input(in.advantages, "advantages", R, device, ct);
+  const at::Tensor rw = response_input(in.response_weights, "response_weights", R, device, ct);
+
+  at::Tensor mask;
+  if (in.mask.defined()) {
+    check_dense(in.mask, "mask");
+    if (in.mask.scalar_type() != at::kBool && in.mask.scalar_type() != at::kByte)
+      fail("mask", "must be bool or uint8, got " + dtype_of(in.mask));
+    check_device(in.mask, "mask", device);
+    if (in.mask.sizes() != logp.sizes())
+      fail("mask", "has shape " + shape_of(in.mask) + ", expected the shape of logp " + shape_of(logp));
+    mask = in.mask.contiguous();
+  }
+
+  const at::Tensor groups = groups_of(in, needs, R, device, who);
 
   // Accepted inputs that the objective does not check (see unread_values).
   c.logp = logp;

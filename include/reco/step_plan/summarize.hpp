@@ -120,8 +120,7 @@ template <class Obj, class T>
 void check_part_inputs(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
   obj.validate();
   const objective_needs needs = obj.needs();
-  detail::validate_inputs(batch, needs.rewards, needs.advantages, needs.ref_logp, needs.entropy,
-                          needs.response_weights);
+  detail::validate_inputs(batch, needs);
   detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(obj.weight), true, false);
   detail::validate_token_advantages(batch, true, false);
   detail::check_part(part, batch.layout.responses, batch.group_offsets.size() - 1);
@@ -204,7 +203,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
       token_scan t;
       covariance_sums cs;  // a covariance selection's sums: they count the valid tokens in the same read
-      if constexpr (covariance) cs = response_covariance_sums(b, i);
+      if constexpr (covariance) cs = host_covariance_sums(b, i);
       if (tokens) {
         t.n = sums.valid[static_cast<std::size_t>(i)];
         if (reads.old_mean) t.old_sum = sums.old_sum[static_cast<std::size_t>(i)];

@@ -13,6 +13,7 @@
 #include "reco/batch.hpp"
 #include "reco/objective_needs.hpp"
 #include "reco/config.hpp"
+#include "reco/input_rules.hpp"
 #include "reco/cuda_adapter/reco_cuda.h"
 #include "reco/span.hpp"
 
@@ -42,14 +43,22 @@ inline std::size_t value_size(reco_cuda_dtype t) {
 }
 
 // A pointer that must be there when `required`, and aligned to `alignment` when it is.
-inline void check_pointer(const void* p, bool required, std::size_t alignment, const char* name, const char* why) {
+inline void check_pointer(const void* p, bool required, std::size_t alignment, const char* name,
+                          const std::string& why) {
   if (p == nullptr) {
-    if (required) ::reco::detail::fail(field(name), std::string("is null but ") + why);
+    if (required) ::reco::detail::fail(field(name), "is null but " + why);
     return;
   }
   if (!aligned(p, alignment))
     ::reco::detail::fail(field(name), "is not aligned to its element size (" + std::to_string(alignment) +
                                           " bytes): pass the start of a properly typed array");
+}
+
+// An input of reco/input_rules.hpp: there when the objective requires it and the batch has
+// `present` entries of it.
+inline void check_input(const void* p, const objective_needs& needs, call_input in, bool present, std::size_t alignment) {
+  const input_rule& r = rule_of(in);
+  check_pointer(p, requires_input(needs, in) && present, alignment, r.name, "it " + required_message(in));
 }
 
 inline void check_count(std::int64_t v, const char* name) {
@@ -91,19 +100,17 @@ inline void validate(const reco_cuda_objective_args& a, const objective_needs& n
   const bool any_token = N > 0, any_response = R > 0;
   check_pointer(a.logp, any_token, v, "logp", "it is required");
   check_pointer(a.old_logp, false, v, "old_logp", "");
-  check_pointer(a.ref_logp, needs.ref_logp && any_token, v, "ref_logp", "the objective's KL term needs it");
-  check_pointer(a.entropy, needs.entropy && any_token, v, "entropy",
-                "the objective needs it (token selection, entropy-split clip or entropy bonus)");
+  detail::check_input(a.ref_logp, needs, call_input::ref_logp, any_token, v);
+  detail::check_input(a.entropy, needs, call_input::entropy, any_token, v);
   check_pointer(a.mask, false, 1, "mask", "");
   check_pointer(a.token_weights, false, v, "token_weights", "");
-  check_pointer(a.rewards, needs.rewards && any_response, v, "rewards", "the advantage estimator needs rewards");
-  check_pointer(a.advantages, needs.advantages && any_response, v, "advantages",
-                "the objective uses the caller's advantages (reco::given_advantage)");
-  check_pointer(a.response_weights, needs.response_weights && any_response, v, "response_weights",
-                "the objective uses the caller's response weights (reco::caller_weight)");
+  detail::check_input(a.rewards, needs, call_input::rewards, any_response, v);
+  // The table's rule; its alternative (advantages per token) is not an argument of this adapter.
+  check_pointer(a.advantages, requires_input(needs, call_input::advantages) && any_response, v, "advantages",
+                "it is required by reco::given_advantage (one advantage per response)");
+  detail::check_input(a.response_weights, needs, call_input::response_weights, any_response, v);
   check_pointer(a.grad_logp, any_token, v, "grad_logp", "it is required (one gradient per token)");
-  check_pointer(a.grad_entropy, needs.entropy_gradient && any_token, v, "grad_entropy",
-                "the objective has an entropy term, whose gradient flows into the entropy");
+  detail::check_input(a.grad_entropy, needs, call_input::grad_entropy, any_token, v);
   check_count(a.global_tokens, "global_tokens");
   check_count(a.global_responses, "global_responses");
   check_count(a.global_kept_tokens, "global_kept_tokens");
