@@ -449,13 +449,16 @@ planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group
                              const std::map<std::string, double>& overrides, const step_options& options) {
   // Given advantages in any micro-batch: the preset's given-advantage form for the whole step (a
   // micro-batch without them is then named as missing its advantages).
-  bool given = false;
-  for (const policy_inputs& mb : micro_batches) given = given || mb.gives_advantages();
+  bool given = false, per_token = false;
+  for (const policy_inputs& mb : micro_batches) {
+    given = given || mb.gives_advantages();
+    per_token = per_token || (mb.token_advantages.defined() && !mb.advantages.defined());
+  }
   const std::uint64_t config = detail::config_digest(preset, overrides);
   detail::objective_needs needs;
   detail::plan_ops ops;
   try {
-    needs = detail::preset_needs(preset, overrides, given);
+    needs = detail::preset_needs(preset, overrides, given, per_token);
     ops = detail::plan_ops_on(preset, overrides, given, device_of(micro_batches).is_cuda());
   } catch (const reco::error& e) {
     // An unknown preset or a bad override on this rank: the others learn it from the layout.
@@ -502,7 +505,8 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed,
                         plan_passes passes) {
   const bool given = in.gives_advantages();
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
+  const detail::objective_needs needs =
+      detail::preset_needs(preset, overrides, given, in.token_advantages.defined() && !in.advantages.defined());
   // On a CUDA device: the plan's token passes run there (or read host copies), and the summary
   // goes back to the device (where NCCL sums it).
   const at::Device device = in.logp.defined() ? in.logp.device() : at::Device(at::kCPU);

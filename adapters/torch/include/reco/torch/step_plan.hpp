@@ -14,16 +14,19 @@
 // share a prompt id share that group (with group_offsets, every part's groups are its own).
 //
 // Collectives on the process group (a constant number, whatever the number of micro-batches):
-// one all-gather of 6 integers per rank (the step's layout; none when step_options::layout is
-// given), one all-reduce SUM of the summaries (which carry the first histogram of an 80/20 cut),
-// and for the 80/20 presets 1 (float) or 3 (double) more histogram all-reduces plus one of the
-// per-response cut counts. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
+// one all-gather of 50 integers per rank (the step's layout, the step id, the configuration and
+// protocol, a rank's error; none when step_options::layout is given), one all-reduce SUM of the
+// summaries (which carry the first histogram of an 80/20 cut), for the 80/20 presets 1 (float)
+// or 3 (double) more histogram all-reduces plus one of the per-response cut counts, and the
+// confirmation (64 doubles) that every rank holds the same sums. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
 // plan's passes over the tokens run as tensor operations on the device (step_options::passes),
 // only per-response values, the cut's histogram and candidates come to the host, the collectives
 // run on CUDA tensors of the micro-batches' device (NCCL or Gloo), and the calls run on the
 // device. A rank that does not join fails after the process group's timeout
 // (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
-// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
+// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan". A
+// bad input on any rank fails every rank alike, after the same collective (docs/distributed.md,
+// "Failing alike").
 // group may be null: gradient accumulation in one process, the same plan without collectives.
 #pragma once
 
