@@ -80,7 +80,7 @@ outcome run_split(const Obj& obj, const reco_test::split_step<T>& sp, const alte
 }
 
 // The positions of a summed summary worth altering: every one outside digit histograms, and in
-// each histogram its run sums, its nonzero buckets and `zeros` zero ones.
+// each histogram its nonzero buckets and run sums, every 16th zero run sum and `zeros` zero buckets.
 std::vector<std::size_t> positions(const reco::step_summary& s, std::size_t histograms, std::size_t zeros,
                                    std::uint64_t seed) {
   using namespace reco::detail;
@@ -93,7 +93,8 @@ std::vector<std::size_t> positions(const reco::step_summary& s, std::size_t hist
       continue;
     }
     const std::size_t d = (k - plan_header) % plan_histogram;
-    if (d >= key_digits || s.values[k] != 0) at.push_back(k);
+    // Nonzero buckets and run sums, and every 16th zero run sum.
+    if (s.values[k] != 0 || (d >= key_digits && (d - key_digits) % 16 == 0)) at.push_back(k);
   }
   for (std::size_t h = 0; h < histograms; ++h)
     for (std::size_t z = 0; z < zeros; ++z) {
@@ -124,7 +125,7 @@ tally alter_every_position(const Obj& obj, const reco_test::split_step<T>& sp, i
   tally t;
   const double inf = std::numeric_limits<double>::infinity();
   const std::size_t histogram_end = reco::detail::plan_header + histograms * reco::detail::plan_histogram;
-  for (const std::size_t k : positions(seen, histograms, 16, 7 + stage)) {
+  for (const std::size_t k : positions(seen, histograms, 8, 7 + stage)) {
     // Inside a histogram (its 2^16 buckets are alike) fewer alterations each.
     const bool bucket = k >= reco::detail::plan_header && k < histogram_end;
     std::vector<double> in_flight{std::nan(""), seen.values[k] + 1};

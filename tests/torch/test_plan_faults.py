@@ -18,45 +18,21 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_plan_ops as plan_ops  # noqa: E402  (its step and micro-batches; it reads the same argv)
+
 LIB = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RECO_TORCH_OPS", "")
 WORLD = 2
 
 
-def make_step(seed=3):
-    """A packed step of 6 prompts of 2..4 responses, lengths 1..6, every first token valid."""
-    g = torch.Generator().manual_seed(seed)
-    sizes = [2 + int(torch.randint(0, 3, (1,), generator=g)) for _ in range(6)]
-    prompt_ids = torch.tensor([p for p, n in enumerate(sizes) for _ in range(n)], dtype=torch.int64)
-    R = len(prompt_ids)
-    lengths = torch.randint(1, 7, (R,), generator=g)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-    N = int(offsets[-1])
-    logp = -torch.rand(N, generator=g, dtype=torch.float64) * 3 - 1e-4
-    old = (logp + 0.3 * (torch.rand(N, generator=g, dtype=torch.float64) - 0.5)).clamp(max=-1e-6)
-    ref = (logp + 0.2 * (torch.rand(N, generator=g, dtype=torch.float64) - 0.5)).clamp(max=0)
-    entropy = torch.round(torch.rand(N, generator=g, dtype=torch.float64) * 12) / 4
-    mask = torch.rand(N, generator=g) > 0.15
-    mask[offsets[:-1]] = True
-    rewards = (torch.rand(R, generator=g) < 0.5).to(torch.float64)
-    return dict(R=R, offsets=offsets, prompt_ids=prompt_ids, logp=logp, old_logp=old, ref_logp=ref, entropy=entropy, mask=mask,
-                rewards=rewards)
-
-
 def half(s, rank):
-    """This rank's half of the step: its tensors and [first response, first group]."""
+    """This rank's half of the step (whole groups): its tensors, first response and first group."""
     cut = s["R"] // 2
-    while s["prompt_ids"][cut] == s["prompt_ids"][cut - 1]:  # whole groups on each rank
+    while s["prompt_ids"][cut] == s["prompt_ids"][cut - 1]:
         cut += 1
-    a, b = (0, cut) if rank == 0 else (cut, s["R"])
-    t0, t1 = int(s["offsets"][a]), int(s["offsets"][b])
-    ids = s["prompt_ids"][a:b]
-    bounds = [0] + [i for i in range(1, b - a) if ids[i] != ids[i - 1]] + [b - a]
-    t = dict(logp=s["logp"][t0:t1].clone(), old_logp=s["old_logp"][t0:t1].clone(),
-             ref_logp=s["ref_logp"][t0:t1].clone(),
-             entropy=s["entropy"][t0:t1].clone(), mask=s["mask"][t0:t1].clone(),
-             offsets=s["offsets"][a:b + 1] - t0, rewards=s["rewards"][a:b].clone(),
-             group_offsets=torch.tensor(bounds, dtype=torch.int64))
-    return t, a, int(s["prompt_ids"][a])
+    mb = plan_ops.micro_batch(s, *((0, cut) if rank == 0 else (cut, s["R"])))
+    t = {k: mb[k].detach().clone() for k in plan_ops.TENSORS}
+    return t, mb["first_response"], mb["first_group"]
 
 
 def plan_and_loss(reco, preset, tensors, part, overrides=None, alter=None):
@@ -79,19 +55,19 @@ def rank_main(rank, path, result_dir):
     reco = torch.ops.reco
     dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=20))
-    s = make_step()
+    s = plan_ops.make_step()
     nan = float("nan")
 
     def at_first(key, value):
         def spoil(t):
-            t[key][0] = value  # the first token of the half: valid
+            t[key][int(t["mask"].nonzero()[0])] = value  # the half's first valid token
         return spoil
 
     def rewards(t):
         t["rewards"][0] = nan
 
     def token_advantages(t):
-        t["token_advantages"][0] = nan
+        t["token_advantages"][int(t["mask"].nonzero()[0])] = nan
 
     def given(t):  # advantages per token on every rank, no rewards
         t["token_advantages"] = torch.zeros_like(t["logp"])
