@@ -401,7 +401,10 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     failed.values[reco::detail::plan_h_width] = 8;
     for (int k = 0; k < reco::detail::plan_status_bits; ++k)
       if (reco::bad_part_input & (1u << k)) failed.values[reco::detail::plan_h_status + k] = 1;
-    reco::detail::seal(failed);
+    // The layout the others' summaries have: a histogram (added) or none after the header.
+    const std::size_t block = failed.size() - reco::detail::plan_header -
+                              reco::detail::plan_fields * static_cast<std::size_t>(step.responses);
+    reco::detail::seal(failed, reco::detail::plan_header + (block == reco::detail::plan_histogram ? block : 0), 0);
     total_summary = std::move(failed);
   } else {
     // Each micro-batch's place in the step, and the summaries' place.

@@ -45,27 +45,31 @@ bool stage0_is_last(const Obj& obj) {
 }
 
 // A response's stage-0 fields as a sum of valid summaries holds them (one part wrote them all).
+// The messages are built only for a field that fails.
 template <class Obj>
 void check_response_fields(const double* f, index_t i, bool reads_old_mean, bool given_weights) {
-  const std::string at = " of response " + std::to_string(i) + " is ";
   const double group = f[plan_f_group], length = f[plan_f_length], span = f[plan_f_span];
-  if (!(is_count(group) && group >= 1))
-    refuse_summary("group", at + std::to_string(group) + " (a group id + 1, an integer >= 1)");
-  if (!is_count(span)) refuse_summary("span", at + std::to_string(span) + " (a count of token slots)");
+  const double old_mean = f[plan_f_old_mean], input = f[plan_f_input], w = f[plan_f_weight];
+  const bool ok = is_count(group) && group >= 1 && is_count(span) && is_count(length) && length <= span &&
+                  std::isfinite(old_mean) && old_mean <= 0 &&
+                  (reads_old_mean ? length > 0 || old_mean == 0 : old_mean == 0) && std::isfinite(input) &&
+                  std::isfinite(w) && w >= 0 && (given_weights || w == 1);
+  if (ok) return;
+  auto refuse = [i](const char* field, double value, const std::string& rule) {
+    refuse_summary(field, "of response " + std::to_string(i) + " is " + std::to_string(value) + " (" + rule + ")");
+  };
+  if (!(is_count(group) && group >= 1)) refuse("group", group, "a group id + 1, an integer >= 1");
+  if (!is_count(span)) refuse("span", span, "a count of token slots");
   if (!(is_count(length) && length <= span))
-    refuse_summary("length", at + std::to_string(length) + " (a count of valid tokens, at most its span " +
-                                 std::to_string(span) + ")");
-  const double old_mean = f[plan_f_old_mean];
-  if (!(std::isfinite(old_mean) && old_mean <= 0 && (reads_old_mean ? length > 0 || old_mean == 0 : old_mean == 0)))
-    refuse_summary("old_mean", at + std::to_string(old_mean) +
-                                   (reads_old_mean ? " (a mean of log-probabilities: finite, <= 0; 0 without valid tokens)"
-                                                   : " (0: the weight reads no old log-probabilities)"));
-  if (!std::isfinite(f[plan_f_input]))
-    refuse_summary(Obj::needs_rewards ? "reward" : "advantage", at + std::to_string(f[plan_f_input]) + " (finite)");
-  const double w = f[plan_f_weight];
-  if (!(std::isfinite(w) && w >= 0 && (given_weights || w == 1)))
-    refuse_summary("weight", at + std::to_string(w) +
-                                 (given_weights ? " (a given weight: finite, >= 0)" : " (1: no weights are given)"));
+    refuse("length", length, "a count of valid tokens, at most its span " + std::to_string(span));
+  if (reads_old_mean) {
+    if (!(std::isfinite(old_mean) && old_mean <= 0 && (length > 0 || old_mean == 0)))
+      refuse("old_mean", old_mean, "a mean of log-probabilities: finite, <= 0; 0 without valid tokens");
+  } else if (old_mean != 0) {
+    refuse("old_mean", old_mean, "0: the weight reads no old log-probabilities");
+  }
+  if (!std::isfinite(input)) refuse(Obj::needs_rewards ? "reward" : "advantage", input, "finite");
+  refuse("weight", w, given_weights ? "a given weight: finite, >= 0" : "1: no weights are given");
 }
 }  // namespace detail
 
@@ -80,6 +84,16 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   // that every rank refuses alike.
   std::uint64_t digest = 0;
   if (!checksum_holds(total, &digest)) {
+    // Parts that claimed a response twice (or none) add values where one part writes: the
+    // checksum cannot hold, and the parts' layout is the error (on every rank alike).
+    const std::size_t hist0 = stage0_block(obj_in, step.responses);
+    if (total.values.size() == plan_header + hist0 + plan_fields * static_cast<std::size_t>(step.responses))
+      for (index_t i = 0; i < step.responses; ++i) {
+        const double c = total.values[plan_header + hist0 + plan_fields * static_cast<std::size_t>(i) + plan_f_claimed];
+        if (c != 1)
+          fail("plan", "response " + std::to_string(i) + " of the step is in " + std::to_string(c) +
+                           " parts (each response must be in exactly one part)");
+      }
     if (!stage0_is_last(obj_in)) refuse_summary("of stage 0", checksum_failure());
     step_plan refused;
     refused.step_ = step;

@@ -69,6 +69,6 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
     if (g != 0) g += static_cast<double>(first_group);  // 0: a response no part claimed
   }
   write_fingerprint(s, plan_fingerprint(obj, step, width), parts);
-  seal(s);  // the moved values' checksum (the parts' sum modulo 2^24, as theirs would sum)
+  seal(s);  // the moved values' checksum (the parts' sum, as their own would sum)
 }
 RECO_NAMESPACE_END

@@ -49,7 +49,10 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
       fill_round(plan, b, part, state, tokens, s);
     }
   }
-  seal(s);
+  // Where parts add: every value of a histogram round and of the confirmation; the header of the
+  // per-response counts; the header and the trailing count of the top values.
+  const bool all_added = plan.stage() == step_plan::stage_kind::histogram || plan.stage() == step_plan::stage_kind::confirm;
+  seal(s, all_added ? s.size() : plan_header, plan.stage() == step_plan::stage_kind::top_values ? 1 : 0);
   return s;
 }
 

@@ -153,7 +153,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
     for (int k = 0; k < plan_status_bits; ++k)
       if (bad & (1u << k)) s.values[plan_h_status + k] = 1;
     if (state) *state = part_rounds{};
-    seal(s);
+    seal(s, plan_header + (histogram ? plan_histogram : 0), 0);
     return s;
   }
 
@@ -262,7 +262,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   } else if (state) {
     *state = part_rounds{};
   }
-  seal(s);
+  seal(s, plan_header + (histogram ? plan_histogram : 0), 0);  // the histogram is added, the fields written
   return s;
 }
 }  // namespace detail

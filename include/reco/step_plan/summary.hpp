@@ -71,8 +71,9 @@ enum : std::size_t {
   plan_h_status = 19,      // 24 counters, one per input_error bit (plan_status_bits)
   plan_h_windows = 43,     // stage 0: 1 per windowed part; its first round: 1 per part that confirms
   plan_h_window_ids = 44,  // ... and the ids of those windows (a part_rounds' window)
-  plan_h_check = 45,       // 2 checksums of every other value (summary_check.hpp), each mod 2^24
-  plan_header = 47,
+  plan_h_check = 45,       // a checksum of every other value (summary_check.hpp) in 3 chunks of 21 bits
+  plan_h_layout = 48,      // per part: where the positions several parts add end, and how many trail
+  plan_header = 50,
 };
 inline constexpr int plan_status_bits = 24;
 // Per-response fields of the first stage.

@@ -4,15 +4,16 @@
 // header whose counters fit its parts, histograms whose group counts are the sums of their
 // buckets). A summary that fails is a reco::error naming `summaries` and the field.
 //
-// The checksum. Every multi-part position of a summary holds integers (counts, ids, flags), and
-// every real value (a response's mean, reward, weight, sums of its tokens; a part's top values)
-// sits in a position that exactly one part writes, the others adding zeros. So per position k a
-// contribution f_k(v) with f_k(0) = 0 that is linear on integers (w_k * v mod 2^64) and a hash of
-// the bits elsewhere adds up: the f_k of the sum is the sum of the parts' f_k, modulo 2^64. A part
-// writes its sum of f_k mod 2^24 in each of two header slots (two weights per position); those
-// slots add up exactly in a double for up to 2^29 parts, and the sum's own f_k must match them
-// modulo 2^24. A value altered after its part sealed it (in flight, in a rank's memory) fails
-// with odds 2^-48 of passing; the sums are exact, so no tolerance is needed.
+// The checksum. The positions several parts add (the header, digit histograms, a count that
+// trails a round) hold integers, and every other position is written by exactly one part, the
+// others adding zeros. So per position k a contribution g_k(v) with g_k(0) = 0 that is linear on
+// the integers where parts add (w_k * v, w_k odd) and any function of the bits elsewhere
+// (a multiply-fold of bits(v) and k) adds up: the sum's checksum is the sum of the parts',
+// modulo 2^63. A part writes its checksum in three 21-bit chunks, which add up exactly in a
+// double for up to 2^29 parts. A value altered after its part sealed it (in flight, in a rank's
+// memory) passes with odds about 2^-63 (where parts add: never, for counts below 2^53); the
+// sums are exact, so no tolerance is needed. The layout (where the added positions end, how many
+// trail the summary) rides in the header.
 #pragma once
 
 #include <cmath>
@@ -28,9 +29,9 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-inline constexpr std::uint64_t check_modulus = std::uint64_t{1} << 24;
+inline constexpr std::uint64_t check_mask = (std::uint64_t{1} << 63) - 1;
 inline constexpr double max_count = 9007199254740992.0;  // 2^53: counts beyond it are not exact
-// The most parts one summary may sum (their checksum slots stay exact in a double).
+// The most parts one summary may sum (their checksum chunks stay exact in a double).
 inline constexpr double max_parts = 536870912.0;  // 2^29
 
 inline std::uint64_t check_mix(std::uint64_t z) {
@@ -39,37 +40,74 @@ inline std::uint64_t check_mix(std::uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+inline std::uint64_t check_weight(std::size_t k) { return ((k + 1) * 0x9e3779b97f4a7c15ull) | 1; }
 
-// The two checksum lanes of values[0, n) (mod 2^64), the checksum slots left out.
-struct check_lanes {
-  std::uint64_t a = 0, b = 0;
-};
-inline check_lanes summary_lanes(const double* v, std::size_t n) {
-  check_lanes c;
-  for (std::size_t k = 0; k < n; ++k) {
+// Positions several parts add: w_k * v (mod 2^64) for the integer v (0 when v is no integer
+// below 2^62, which a sum of valid summaries never holds there: it then fails the checksum).
+inline std::uint64_t added_checksum(const double* v, std::size_t begin, std::size_t end) {
+  std::uint64_t acc = 0;
+  for (std::size_t k = begin; k < end; ++k) {
     const double x = v[k];
-    if (x == 0 || k == plan_h_check || k == plan_h_check + 1) continue;  // zeros add nothing (also -0)
-    const std::uint64_t wa = check_mix(2 * k) | 1, wb = check_mix(2 * k + 1) | 1;
-    if (std::fabs(x) < 4611686018427387904.0 && x == std::floor(x)) {  // an integer below 2^62
-      const auto i = static_cast<std::uint64_t>(static_cast<std::int64_t>(x));
-      c.a += wa * i;
-      c.b += wb * i;
-    } else {
-      std::uint64_t bits;
-      std::memcpy(&bits, &x, sizeof bits);
-      c.a += check_mix(bits ^ wa);
-      c.b += check_mix(bits ^ wb);
-    }
+    if (x == 0) continue;  // a histogram's empty buckets
+    const double in_range = std::fabs(x) < 4611686018427387904.0 ? x : 0.0;  // NaN: 0
+    const auto i = static_cast<std::int64_t>(in_range);
+    acc += check_weight(k) * (static_cast<double>(i) == x ? static_cast<std::uint64_t>(i) : 0x5bd1e995u);
   }
-  return c;
+  return acc;
+}
+// Positions one part writes: a multiply-fold of the value's bits (-0 as +0) and k.
+inline std::uint64_t written_checksum(const double* v, std::size_t begin, std::size_t end) {
+  std::uint64_t acc = 0;
+  for (std::size_t k = begin; k < end; ++k) {
+    const double x = v[k] + 0.0;
+    std::uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const std::uint64_t p = (bits ^ (bits >> 32)) * check_weight(k);
+    acc += bits == 0 ? 0 : p ^ (p >> 29);
+  }
+  return acc;
 }
 
-// Writes a part's checksum into its summary (after every other value is final).
+// A summary's layout for its checksum, as its header holds it (parts that agree sum it).
+struct check_layout {
+  std::size_t added = 0, trailing = 0;  // [0, added) and the last `trailing` positions are added
+  bool valid = false;
+};
+inline check_layout layout_of(const step_summary& s) {
+  check_layout l;
+  const double parts = s.values[plan_h_parts];
+  if (!(parts >= 1 && parts <= 536870912.0 && parts == std::floor(parts))) return l;
+  const double a = s.values[plan_h_layout] / parts, t = s.values[plan_h_layout + 1] / parts;
+  const auto n = static_cast<double>(s.values.size());
+  if (!(a >= plan_header && a <= n && a == std::floor(a) && t >= 0 && t <= n - a && t == std::floor(t))) return l;
+  l.added = static_cast<std::size_t>(a);
+  l.trailing = static_cast<std::size_t>(t);
+  l.valid = true;
+  return l;
+}
+// The checksum of a summary's values (its own slots left out), modulo 2^63.
+inline std::uint64_t summary_checksum(const step_summary& s, const check_layout& l) {
+  const double* v = s.values.data();
+  const std::size_t n = s.values.size(), tail = n - l.trailing;
+  const std::uint64_t c = added_checksum(v, 0, plan_h_check) + added_checksum(v, plan_h_check + 3, l.added) +
+                          written_checksum(v, l.added, tail) + added_checksum(v, tail, n);
+  return c & check_mask;
+}
+
+// Writes a part's checksum into its summary (after every other value is final): positions
+// [0, added) and the last `trailing` are those parts add. The one-argument form seals a summary
+// again with the layout its header holds (a sum of parts, moved or altered on purpose by a test).
 inline void seal(step_summary& s) {
   if (s.values.size() < plan_header) return;
-  const check_lanes c = summary_lanes(s.values.data(), s.values.size());
-  s.values[plan_h_check] = static_cast<double>(c.a % check_modulus);
-  s.values[plan_h_check + 1] = static_cast<double>(c.b % check_modulus);
+  const check_layout l = layout_of(s);
+  if (!l.valid) return;
+  const std::uint64_t c = summary_checksum(s, l);
+  for (int j = 0; j < 3; ++j) s.values[plan_h_check + j] = static_cast<double>((c >> (21 * j)) & 0x1fffffu);
+}
+inline void seal(step_summary& s, std::size_t added, std::size_t trailing) {
+  s.values[plan_h_layout] = static_cast<double>(added) * s.values[plan_h_parts];
+  s.values[plan_h_layout + 1] = static_cast<double>(trailing) * s.values[plan_h_parts];
+  seal(s);
 }
 
 inline bool is_count(double x) { return x >= 0 && x <= max_count && x == std::floor(x); }
@@ -79,15 +117,20 @@ inline bool is_count(double x) { return x >= 0 && x <= max_count && x == std::fl
 }
 
 // Whether a summed summary's values match the checksums its parts wrote; `digest` receives a
-// 64-bit digest of the values (the lanes), the same on every rank that holds the same sums.
+// 64-bit digest of the values, the same on every rank that holds the same sums.
 inline bool checksum_holds(const step_summary& s, std::uint64_t* digest = nullptr) {
   if (s.values.size() < plan_header) return false;
-  const double sa = s.values[plan_h_check], sb = s.values[plan_h_check + 1];
-  if (!is_count(sa) || !is_count(sb)) return false;
-  const check_lanes c = summary_lanes(s.values.data(), s.values.size());
-  if (digest) *digest = check_mix(c.a ^ check_mix(c.b ^ s.values.size()));
-  return c.a % check_modulus == static_cast<std::uint64_t>(sa) % check_modulus &&
-         c.b % check_modulus == static_cast<std::uint64_t>(sb) % check_modulus;
+  const check_layout l = layout_of(s);
+  if (!l.valid) return false;
+  std::uint64_t sum = 0;  // the parts' checksums: sum_j chunk_j 2^(21 j), modulo 2^63
+  for (int j = 0; j < 3; ++j) {
+    const double c = s.values[plan_h_check + j];
+    if (!is_count(c)) return false;
+    sum += static_cast<std::uint64_t>(c) << (21 * j);
+  }
+  const std::uint64_t mine = summary_checksum(s, l);
+  if (digest) *digest = check_mix(mine ^ check_mix(s.values.size()));
+  return (sum & check_mask) == mine;
 }
 
 inline const char* checksum_failure() {
