@@ -73,6 +73,11 @@ enum input_error : std::uint32_t {
   // A call of a split step (reco/step_plan.hpp) on data other than the plan was built from.
   plan_length_mismatch = 1u << 16,
   plan_kept_mismatch = 1u << 17,
+  // Values only a step plan's summaries check (the call checks them eagerly, by position).
+  bad_token_advantages = 1u << 18,
+  bad_rollout_logp = 1u << 19,
+  // A step plan's part that could not be summarised on its rank (reco::torch::build_step_plan).
+  bad_part_input = 1u << 20,
 };
 
 namespace detail {
@@ -94,6 +99,11 @@ inline constexpr status_entry status_table[] = {
     {bad_advantages, "batch.advantages", "NaN or infinite advantage"},
     {bad_response_weights, "batch.response_weights", "NaN, infinite or negative weight"},
     {bad_token_weights, "batch.token_weights", "NaN, infinite or negative weight in a valid token"},
+    {bad_token_advantages, "batch.token_advantages", "a valid token's advantage is NaN or infinite"},
+    {bad_rollout_logp, "batch.rollout_logp", "a valid token is NaN, infinite or positive (log-probabilities must be <= 0)"},
+    {bad_part_input, "micro_batches",
+     "a micro-batch failed its checks on one of the ranks (that rank's error names the argument); every rank "
+     "stops at this step's summaries"},
     {singleton_group, "batch.group_offsets",
      "a group has a single response and the estimator's singleton policy is 'error'"},
     {bad_normaliser_tokens, "normalisers.tokens",

@@ -130,7 +130,7 @@ void check_valid_token_values(const batch_view<T>& b, const span<const T>& value
 // the offsets were checked) finite and <= 0 at the valid tokens. The CUDA objectives do not read
 // it: there the switch is an error.
 template <class T>
-void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_values) {
+void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_values, bool values = true) {
   const index_t N = b.logp.size();
   check_per_token(b.rollout_logp, N, "batch.rollout_logp");
   if (!weight_reads) {
@@ -141,6 +141,7 @@ void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_
   }
   if (N == 0) return;
   require(!b.rollout_logp.empty(), "batch.rollout_logp", "is required by weight.sampling = rollout");
+  if (!values) return;  // a step plan's summary flags them (reco/step_plan/summarize.hpp)
   require(host_values, "batch.rollout_logp",
           "weight.sampling = rollout runs on the CPU backend only (the CUDA objectives do not read rollout "
           "log-probs yet)");
@@ -151,11 +152,12 @@ void validate_rollout_logp(const batch_view<T>& b, bool weight_reads, bool host_
 // batch.token_advantages (sizes and who reads them: validate_inputs): finite at the valid tokens.
 // The CUDA objectives do not read them: there they are an error.
 template <class T>
-void validate_token_advantages(const batch_view<T>& b, bool host_values) {
+void validate_token_advantages(const batch_view<T>& b, bool host_values, bool values = true) {
   if (b.token_advantages.empty()) return;
   require(host_values, "batch.token_advantages",
           "advantages per token run on the CPU backend only (the CUDA objectives read one advantage per "
           "response)");
+  if (!values) return;  // a step plan's summary flags them
   check_valid_token_values(b, b.token_advantages, "batch.token_advantages",
                            [](double x) { return x - x == 0; }, "a valid token's advantage must be finite");
 }

@@ -40,7 +40,10 @@ def call(name, b, overrides, given):
     """(loss, stats, d loss / d logp, d loss / d entropy) of one call."""
     slots = slots_of(name) if "=" in name else slots_of(list(reco.as_composition(name))[0])
     kw = dict(old_logp=b["old"], mask=b["mask"], overrides=overrides)
-    if given:
+    if given == "token":  # advantages per token
+        kw["token_advantages"] = torch.full_like(b["logp"], 0.25)
+        kw["group_offsets"] = b["group_offsets"]
+    elif given:
         kw["advantages"] = b["adv"]
         kw["group_offsets"] = b["group_offsets"]
     else:
@@ -136,6 +139,7 @@ class Compositions(unittest.TestCase):
             ("ratio=token clip=none", {"clip.eps_high": 0.3}, False, "overrides.clip.eps_high"),
             ("ratio=cispo clip=ppo", {}, False, "clip.kind"),
             ("advantage=grpo ratio=token", {}, True, "advantages"),
+            ("advantage=grpo ratio=token", {}, "token", "reco: token_advantages:"),
             ("advantage=given ratio=token", {}, False, "advantages"),
             ("ratio=token", {"kl.beta": 0.1}, False, "overrides.kl.beta"),
         ]

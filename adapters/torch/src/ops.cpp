@@ -20,6 +20,9 @@
 // the autograd functions inside them build the graph and backward works from Python.
 #include <torch/library.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -99,6 +102,20 @@ std::tuple<at::Tensor, at::Tensor> policy_loss_op(
 reco::step_part part_of(const std::vector<int64_t>& part, double scale) {
   if (part.size() != 4)
     reco::detail::fail("part", "must be [step id, responses of the step, first response, first group]");
+  // Named before anything is allocated for them (the core checks them again as part.*).
+  auto bound = [&](std::size_t k, const char* what, std::int64_t most) {
+    if (part[k] < 0 || part[k] > most)
+      reco::detail::fail("part[" + std::to_string(k) + "]", std::string("(") + what + ") is " +
+                                                                std::to_string(part[k]) + "; it must lie in [0, " +
+                                                                std::to_string(most) + "]");
+  };
+  bound(0, "the step id", std::numeric_limits<std::int64_t>::max());
+  bound(1, "responses of the step", reco::detail::max_step_responses);
+  bound(2, "first response", part[1]);
+  bound(3, "first group", (std::int64_t{1} << 53) - 1);
+  if (!(std::isfinite(scale) && scale > 0))
+    reco::detail::fail("scale", "is " + std::to_string(scale) + "; it must be finite and > 0 (the world size under "
+                                                                "DDP averaging, 1 for a plain sum)");
   reco::step_part p;
   p.step.id = static_cast<std::uint64_t>(part[0]);
   p.step.responses = part[1];

@@ -556,7 +556,8 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides) {
   // Advantages given: the preset's estimator is replaced by them (rewards too is an error, below).
   const bool given = in.gives_advantages();
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
+  const detail::objective_needs needs =
+      detail::preset_needs(preset, overrides, given, in.token_advantages.defined() && !in.advantages.defined());
   const detail::runner cpu = [&](const detail::run_request& q, objective_result& out) {
     detail::run_preset_cpu(preset, overrides, given, q, out);
   };

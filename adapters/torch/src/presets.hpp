@@ -20,6 +20,18 @@ using override_map = std::map<std::string, double>;
 // What the preset reads; throws reco::error for an unknown preset, an unknown override key or a
 // parameter out of range (and, with given advantages, for a key of the replaced estimator).
 objective_needs preset_needs(const std::string& preset, const override_map& overrides, bool given_advantages);
+// The same for inputs whose given advantages are per token (`per_token`): an error about the given
+// advantages then names token_advantages, the argument the caller passed.
+inline objective_needs preset_needs(const std::string& preset, const override_map& overrides, bool given_advantages,
+                                    bool per_token) {
+  try {
+    return preset_needs(preset, overrides, given_advantages);
+  } catch (const reco::error& e) {
+    if (!per_token || e.argument() != "advantages") throw;
+    const std::string what = e.what(), prefix = "reco: advantages: ";
+    throw reco::error("token_advantages", what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what);
+  }
+}
 
 // The same for a composition ("slot=kind ...", reco/composition.hpp; compositions_cpu.cpp).
 objective_needs composition_needs(const std::string& spec, const override_map& overrides, bool given_advantages);

@@ -1,6 +1,7 @@
 // reco::torch::build_step_plan: the step plan of a rank's micro-batches over a c10d process group.
 #include "reco/torch/step_plan.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,18 +18,18 @@ using reco::detail::fail;
 
 // Runs one collective and waits for it; a failure (a rank that never joins and the process
 // group's timeout passes, a closed connection) becomes a reco::error naming the process group.
-void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   try {
     work->wait();
   } catch (const std::exception& e) {
-    fail("process_group", std::string(what) + " failed (did every rank call build_step_plan for this step within "
-                                              "the process group's timeout?): " + e.what());
+    fail("process_group", what + " failed (did every rank call build_step_plan for this step within the process "
+                                 "group's timeout, and is every rank alive?): " + e.what());
   }
 }
 
 // Element-wise sum over ranks, in place. The collective runs on `device`: the step's tensors' (a
 // CUDA device for NCCL, which takes CUDA tensors only; Gloo takes either).
-void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const char* what,
+void sum_over_ranks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, reco::step_summary& s, const std::string& what,
                     int& count, const at::Device& device) {
   if (!group) return;
   if (device.is_cpu()) {
@@ -153,49 +154,105 @@ std::uint64_t config_digest(const std::string& preset, const std::map<std::strin
   return h;
 }
 
+// The id of the plan's protocol this build runs (the summaries' layout), compared across ranks
+// with the layout: ranks that run different builds fail naming the plan instead of summing
+// summaries of different layouts.
+std::uint64_t protocol_id(std::uint64_t salt) {
+  using namespace reco::detail;
+  const std::uint64_t parts[] = {1, plan_header, plan_fields, plan_histogram, plan_status_bits, covariance_slots,
+                                 reco::step_plan::confirm_body, salt};
+  return fnv(1469598103934665603ull, parts, sizeof parts) & 0x7fffffffffffffffull;
+}
+
+namespace {
+// What each rank sends in the layout's all-gather: its shape (6), the step id, its configuration
+// digest and protocol, then, when it failed before its summaries, its error (argument and
+// message, 8 bytes a slot).
+constexpr std::size_t shape_slots = 6, error_slots = 40, exchange_slots = shape_slots + 4 + error_slots;
+
+// A reco::error as the other ranks rebuild it: its argument, its message after "reco: argument: ".
+struct rank_error {
+  bool failed = false;
+  std::string argument, message;
+  void record(const reco::error& e) {
+    if (failed) return;
+    failed = true;
+    argument = e.argument();
+    const std::string what = e.what(), prefix = "reco: " + argument + ": ";
+    message = what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
+  }
+  void write(std::int64_t* slots) const {
+    char text[error_slots * 8] = {};
+    const std::string packed = argument + '\0' + message;
+    std::memcpy(text, packed.data(), std::min(packed.size(), sizeof text - 1));
+    std::memcpy(slots, text, sizeof text);
+  }
+  static rank_error read(const std::int64_t* slots) {
+    char text[error_slots * 8 + 1] = {};
+    std::memcpy(text, slots, error_slots * 8);
+    rank_error e;
+    e.failed = true;
+    e.argument = text;
+    const std::size_t at = e.argument.size() + 1;
+    if (at < error_slots * 8) e.message = text + at;
+    return e;
+  }
+};
+}  // namespace
+
 planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const objective_needs& needs,
                                   const plan_ops& ops, std::uint64_t config,
-                                  const std::vector<policy_inputs>& micro_batches, const step_options& options) {
+                                  const std::vector<policy_inputs>& micro_batches, const step_options& options,
+                                  const reco::error* early) {
   planned_step out;
   if (group) {
     out.rank = group->getRank();
     out.world_size = group->getSize();
   }
-  const at::Device device = device_of(micro_batches);
-  // This rank's micro-batches, converted once (from host copies when they are on a CUDA device),
-  // and their token passes on their device where they run there.
+  // What can fail on this rank alone before the collectives (converting its micro-batches, their
+  // shapes, their checks) is recorded, not thrown: its error travels with the layout (or as a
+  // flag in the summaries when the layout is given), so that every rank raises it after the same
+  // collective and none waits for a rank that left.
+  rank_error mine_error;
+  if (early) mine_error.record(*early);
+  at::Device device(at::kCPU);
   std::vector<plan_input> reqs;
   std::vector<part_shape> shapes;
-  for (const auto& mb : micro_batches) {
-    reqs.push_back(plan_input_of(mb, ops, needs, device, options.passes));
-    shapes.push_back(shape_of_part(mb, reqs.back().request()));
-  }
-  // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
-  // boundary prompt ids.
   part_shape mine;
-  const part_shape* prev = nullptr;
-  for (const auto& s : shapes) {
-    if (s.responses == 0) continue;
-    mine.responses += s.responses;
-    mine.groups += s.groups - (prev && joined(*prev, s) ? 1 : 0);
-    if (!prev) {
-      mine.has_ids = s.has_ids;
-      mine.first_id = s.first_id;
-    }
-    prev = &s;
-  }
-  bool last_has_ids = prev && prev->has_ids;
-  if (prev) mine.last_id = prev->last_id;
-
-  // This rank's micro-batches as a step of their own (the provisional step): their places from
-  // response 0 and group 0 of the rank. Their summaries are made while the ranks' layout is being
-  // exchanged, then placed where the rank starts (reco::place_summary).
+  bool last_has_ids = false;
   reco::step_info provisional;
   provisional.id = options.step;
-  provisional.responses = mine.responses;
   provisional.scale = options.average_over_ranks ? static_cast<double>(out.world_size) : 1.0;
   provisional.config = config;
-  {
+  try {
+    if (mine_error.failed) throw *early;
+    device = device_of(micro_batches);
+    // This rank's micro-batches, converted once (from host copies when they are on a CUDA device),
+    // and their token passes on their device where they run there.
+    for (const auto& mb : micro_batches) {
+      reqs.push_back(plan_input_of(mb, ops, needs, device, options.passes));
+      shapes.push_back(shape_of_part(mb, reqs.back().request()));
+    }
+    // The rank as one part: its responses, its groups (joined micro-batches counted once) and its
+    // boundary prompt ids.
+    const part_shape* prev = nullptr;
+    for (const auto& s : shapes) {
+      if (s.responses == 0) continue;
+      mine.responses += s.responses;
+      mine.groups += s.groups - (prev && joined(*prev, s) ? 1 : 0);
+      if (!prev) {
+        mine.has_ids = s.has_ids;
+        mine.first_id = s.first_id;
+      }
+      prev = &s;
+    }
+    last_has_ids = prev && prev->has_ids;
+    if (prev) mine.last_id = prev->last_id;
+
+    // This rank's micro-batches as a step of their own (the provisional step): their places from
+    // response 0 and group 0 of the rank. Their summaries are made while the ranks' layout is being
+    // exchanged, then placed where the rank starts (reco::place_summary).
+    provisional.responses = mine.responses;
     index_t response = 0, group_id = 0;
     const part_shape* last = nullptr;
     for (const auto& s : shapes) {
@@ -213,52 +270,84 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
       }
       out.parts.push_back(part);
     }
+    for (std::size_t j = 0; j < reqs.size(); ++j) ops.check(reqs[j].request(), out.parts[j]);
+  } catch (const reco::error& e) {
+    mine_error.record(e);
+    mine = part_shape{};
+    last_has_ids = false;
   }
 
-  // Every rank's shape: one all-gather of 6 integers, started before the summaries.
+  // Every rank's shape, step id, configuration and protocol (and error): one all-gather, started
+  // before the summaries.
   std::vector<part_shape> ranks(static_cast<std::size_t>(out.world_size));
-  std::int64_t local[6] = {mine.responses, mine.groups, mine.has_ids ? 1 : 0, mine.first_id,
-                           last_has_ids ? 1 : 0, mine.last_id};
+  std::int64_t local[exchange_slots] = {mine.responses, mine.groups, mine.has_ids ? 1 : 0, mine.first_id,
+                                        last_has_ids ? 1 : 0, mine.last_id};
+  local[6] = static_cast<std::int64_t>(options.step);
+  local[7] = static_cast<std::int64_t>(config);
+  local[8] = static_cast<std::int64_t>(protocol_id(options.hooks.build_salt));
+  local[9] = mine_error.failed ? 1 : 0;
+  if (mine_error.failed) mine_error.write(local + 10);
   std::vector<std::vector<at::Tensor>> gathered(1);
   c10::intrusive_ptr<c10d::Work> layout;
   const bool exchange = group && !options.layout.given();  // else the caller's layout
+  if (!group && mine_error.failed) throw reco::error(mine_error.argument, mine_error.message);
   if (exchange) {
-    std::vector<at::Tensor> inputs{at::from_blob(local, {6}, at::TensorOptions().dtype(at::kLong)).to(device)};
+    const auto n = static_cast<std::int64_t>(exchange_slots);
+    std::vector<at::Tensor> inputs{at::from_blob(local, {n}, at::TensorOptions().dtype(at::kLong)).to(device)};
     for (int r = 0; r < out.world_size; ++r)
-      gathered[0].push_back(at::empty({6}, at::TensorOptions().dtype(at::kLong).device(device)));
+      gathered[0].push_back(at::empty({n}, at::TensorOptions().dtype(at::kLong).device(device)));
     layout = group->allgather(gathered, inputs);
     ++out.collectives;
   }
-  // Summaries, summed over this rank's micro-batches (a bad batch throws here, after the
-  // all-gather it joined has completed, so that the rank leaves no collective half done). With a
-  // cut to find, a large micro-batch on the host reads its entropies once: its windowed summary
-  // gathers the cut candidates around a sampled quantile of its own (reco::window_sampling).
-  // Another, with a process group, gathers them right after its summary, around the digits its own
-  // histogram puts the cut in, while its data is still in the caches; the first round gathers them
-  // again only if the step's cut falls outside.
+  // Summaries, summed over this rank's micro-batches. With a cut to find, a large micro-batch on
+  // the host reads its entropies once: its windowed summary gathers the cut candidates around a
+  // sampled quantile of its own (reco::window_sampling). Another, with a process group, gathers
+  // them right after its summary, around the digits its own histogram puts the cut in, while its
+  // data is still in the caches; the first round gathers them again only if the step's cut falls
+  // outside. Bad values are flags in the summaries; anything that still throws here is this
+  // rank's failure, which the summaries' all-reduce carries to every rank.
   reco::step_summary total_summary;
   std::vector<reco::part_rounds> states(reqs.size());  // each micro-batch's cut candidates
-  try {
-    for (std::size_t j = 0; j < reqs.size(); ++j) {
-      reco::step_summary s =
-          ops.summarize(reqs[j].request(), out.parts[j], reqs[j].tokens(), &states[j], options.window);
-      if (group && states[j].window == 0) ops.gather_early(reqs[j].request(), s, states[j], reqs[j].tokens());
-      total_summary += std::move(s);
-    }
-  } catch (...) {
-    if (layout) {
-      try {
-        layout->wait();
-      } catch (...) {
+  bool summaries_failed = mine_error.failed;
+  if (!mine_error.failed) {
+    try {
+      for (std::size_t j = 0; j < reqs.size(); ++j) {
+        reco::step_summary s =
+            ops.summarize(reqs[j].request(), out.parts[j], reqs[j].tokens(), &states[j], options.window);
+        if (group && states[j].window == 0) ops.gather_early(reqs[j].request(), s, states[j], reqs[j].tokens());
+        total_summary += std::move(s);
       }
+    } catch (const reco::error& e) {
+      if (!group) throw;
+      mine_error.record(e);
+      summaries_failed = true;
     }
-    throw;
   }
   if (exchange) {
-    wait_for(layout, "all-gather of the step's layout");
+    wait_for(layout, "the all-gather of the step's layout (before stage 0 of step " + std::to_string(options.step) + ")");
+    // Every rank reads the same table, so every rank raises the same error.
+    std::vector<std::vector<std::int64_t>> table;
     for (int r = 0; r < out.world_size; ++r) {
-      const at::Tensor host = gathered[0][static_cast<std::size_t>(r)].to(at::kCPU);
-      const std::int64_t* v = host.data_ptr<std::int64_t>();
+      const at::Tensor host = gathered[0][static_cast<std::size_t>(r)].to(at::kCPU).contiguous();
+      table.emplace_back(host.data_ptr<std::int64_t>(), host.data_ptr<std::int64_t>() + exchange_slots);
+    }
+    for (int r = 0; r < out.world_size; ++r)
+      if (table[r][9] != 0) {
+        const rank_error e = rank_error::read(table[r].data() + 10);
+        throw reco::error(e.argument, "on rank " + std::to_string(r) + " of " + std::to_string(out.world_size) +
+                                          ": " + e.message + " (every rank stops before the step's summaries)");
+      }
+    for (int r = 1; r < out.world_size; ++r) {
+      auto differ = [&](const char* what, std::size_t k) {
+        fail("plan", std::string("the ranks disagree on ") + what + " (rank 0: " + std::to_string(table[0][k]) +
+                         ", rank " + std::to_string(r) + ": " + std::to_string(table[r][k]) + ")");
+      };
+      if (table[r][8] != table[0][8]) differ("the plan's protocol: they run different builds of the library", 8);
+      if (table[r][6] != table[0][6]) differ("the step id", 6);
+      if (table[r][7] != table[0][7]) differ("the configuration: preset or overrides differ (their digests)", 7);
+    }
+    for (int r = 0; r < out.world_size; ++r) {
+      const std::int64_t* v = table[static_cast<std::size_t>(r)].data();
       part_shape& p = ranks[static_cast<std::size_t>(r)];
       p.responses = v[0];
       p.groups = v[1];
@@ -278,7 +367,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   const part_shape* before = nullptr;
   if (options.layout.given()) {
     const step_layout& l = options.layout;
-    if (l.first_response < 0 || l.first_group < 0 || l.first_response + mine.responses > l.step_responses)
+    if (!summaries_failed &&
+        (l.first_response < 0 || l.first_group < 0 || l.first_response + mine.responses > l.step_responses))
       fail("options.layout", "places this rank's " + std::to_string(mine.responses) + " responses at " +
                                  std::to_string(l.first_response) + " (first group " + std::to_string(l.first_group) +
                                  ") of a step of " + std::to_string(l.step_responses));
@@ -300,25 +390,54 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   }
   reco::step_info step = provisional;
   step.responses = total;
-  // Each micro-batch's place in the step, and the summaries' place.
-  for (reco::step_part& part : out.parts) {
-    part.step = step;
-    part.first_response += first_response;
-    part.first_group += first_group;
+  if (summaries_failed) {
+    // This rank's part of the all-reduce: a summary of the step's size holding only its failure.
+    // With no ops (an early error) and a given layout, the size is unknown: this rank leaves, and
+    // the others fail naming the process group after its timeout.
+    if (!ops.summary_size) throw reco::error(mine_error.argument, mine_error.message);
+    reco::step_summary failed;
+    failed.values.assign(ops.summary_size(step.responses), 0.0);
+    failed.values[reco::detail::plan_h_parts] = 1;
+    failed.values[reco::detail::plan_h_width] = 8;
+    for (int k = 0; k < reco::detail::plan_status_bits; ++k)
+      if (reco::bad_part_input & (1u << k)) failed.values[reco::detail::plan_h_status + k] = 1;
+    // The layout the others' summaries have: a histogram (added) or none after the header.
+    const std::size_t block = failed.size() - reco::detail::plan_header -
+                              reco::detail::plan_fields * static_cast<std::size_t>(step.responses);
+    reco::detail::seal(failed, reco::detail::plan_header + (block == reco::detail::plan_histogram ? block : 0), 0);
+    total_summary = std::move(failed);
+  } else {
+    // Each micro-batch's place in the step, and the summaries' place.
+    for (reco::step_part& part : out.parts) {
+      part.step = step;
+      part.first_response += first_response;
+      part.first_group += first_group;
+    }
+    if (step.responses != provisional.responses || first_group != 0)
+      ops.place(total_summary, provisional, step, first_response, first_group);
   }
-  if (step.responses != provisional.responses || first_group != 0)
-    ops.place(total_summary, provisional, step, first_response, first_group);
 
-  sum_over_ranks(group, total_summary, "all-reduce of the step summaries", out.collectives, device);
+  const std::string of_step = " of step " + std::to_string(options.step);
+  sum_over_ranks(group, total_summary, "the all-reduce of stage 0 (the step's summaries)" + of_step, out.collectives,
+                 device);
+  if (options.hooks.after_sum) options.hooks.after_sum(0, total_summary.values);
+  if (summaries_failed && !group) throw reco::error(mine_error.argument, mine_error.message);
   out.plan = ops.finish(step, total_summary);
   // The summed summaries go back to this thread's pool set to zero (their histograms' reached
   // digits only), so that the next plan's summaries need no fill.
   reco::detail::recycle_taken(std::move(total_summary), out.plan.summary_histograms());
   while (!out.plan.complete()) {
+    const int stage = out.plan.stage_index();
     reco::step_summary round;
     for (std::size_t j = 0; j < reqs.size(); ++j)
       round += ops.round(out.plan, reqs[j].request(), out.parts[j], &states[j], reqs[j].tokens());
-    sum_over_ranks(group, round, "all-reduce of a selection round", out.collectives, device);
+    const bool confirm = out.plan.stage() == reco::step_plan::stage_kind::confirm;
+    sum_over_ranks(group, round,
+                   "the all-reduce of stage " + std::to_string(stage) +
+                       (confirm ? " (the confirmation that every rank holds the same sums)" : " (a selection round)") +
+                       of_step,
+                   out.collectives, device);
+    if (options.hooks.after_sum) options.hooks.after_sum(stage, round.values);
     const std::size_t round_histograms = reco::detail::round_histograms(out.plan);
     out.plan.advance(round);
     reco::detail::recycle_taken(std::move(round), round_histograms);
@@ -333,12 +452,22 @@ planned_step build_step_plan(const c10::intrusive_ptr<c10d::ProcessGroup>& group
                              const std::map<std::string, double>& overrides, const step_options& options) {
   // Given advantages in any micro-batch: the preset's given-advantage form for the whole step (a
   // micro-batch without them is then named as missing its advantages).
-  bool given = false;
-  for (const policy_inputs& mb : micro_batches) given = given || mb.gives_advantages();
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
-  const bool cuda = device_of(micro_batches).is_cuda();
-  return detail::build_step_plan_impl(group, needs, detail::plan_ops_on(preset, overrides, given, cuda),
-                                      detail::config_digest(preset, overrides), micro_batches, options);
+  bool given = false, per_token = false;
+  for (const policy_inputs& mb : micro_batches) {
+    given = given || mb.gives_advantages();
+    per_token = per_token || (mb.token_advantages.defined() && !mb.advantages.defined());
+  }
+  const std::uint64_t config = detail::config_digest(preset, overrides);
+  detail::objective_needs needs;
+  detail::plan_ops ops;
+  try {
+    needs = detail::preset_needs(preset, overrides, given, per_token);
+    ops = detail::plan_ops_on(preset, overrides, given, device_of(micro_batches).is_cuda());
+  } catch (const reco::error& e) {
+    // An unknown preset or a bad override on this rank: the others learn it from the layout.
+    return detail::build_step_plan_impl(group, needs, ops, config, micro_batches, options, &e);
+  }
+  return detail::build_step_plan_impl(group, needs, ops, config, micro_batches, options);
 }
 
 namespace detail {
@@ -348,9 +477,21 @@ namespace detail {
 reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& step,
                                     const std::vector<at::Tensor>& summed) {
   if (summed.empty()) fail("summaries", "needs at least the summed summaries of stage 0");
-  auto to_summary = [](const at::Tensor& t) {
+  // A plan has at most: the summaries, a windowed round discarded and counted again, 4 histogram
+  // rounds, the counts and the confirmation.
+  if (summed.size() > 16)
+    fail("summaries", "holds " + std::to_string(summed.size()) + " stages; a plan has at most 16");
+  std::size_t index = 0;
+  auto to_summary = [&index](const at::Tensor& t) {
+    const std::string name = "summaries[" + std::to_string(index++) + "]";
+    if (!t.defined()) fail(name, "is undefined");
+    if (!(t.device().is_cpu() || t.device().is_cuda()))
+      fail(name, "is on the " + t.device().str() + " device; summaries hold values on the CPU or a CUDA device");
     if (t.scalar_type() != at::kDouble || t.dim() != 1)
-      fail("summaries", "must be 1-D float64 tensors (as plan_summary returns them)");
+      fail(name, "must be a 1-D float64 tensor (as plan_summary returns them), got " +
+                     std::string(c10::toString(t.scalar_type())) + " of " + std::to_string(t.dim()) + " dimensions");
+    if (t.numel() < static_cast<std::int64_t>(reco::detail::plan_header))
+      fail(name, "holds " + std::to_string(t.numel()) + " values, fewer than a summary's header");
     const at::Tensor c = to_host(t);
     reco::step_summary s;
     s.values.assign(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
@@ -367,7 +508,8 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed,
                         plan_passes passes) {
   const bool given = in.gives_advantages();
-  const detail::objective_needs needs = detail::preset_needs(preset, overrides, given);
+  const detail::objective_needs needs =
+      detail::preset_needs(preset, overrides, given, in.token_advantages.defined() && !in.advantages.defined());
   // On a CUDA device: the plan's token passes run there (or read host copies), and the summary
   // goes back to the device (where NCCL sums it).
   const at::Device device = in.logp.defined() ? in.logp.device() : at::Device(at::kCPU);

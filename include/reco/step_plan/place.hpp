@@ -11,6 +11,7 @@
 #include "reco/config.hpp"
 #include "reco/step_plan/fingerprint.hpp"
 #include "reco/step_plan/summary.hpp"
+#include "reco/step_plan/summary_check.hpp"
 
 RECO_NAMESPACE_BEGIN
 // Moves a stage-0 summary made with a provisional place in the step to its real place: the
@@ -25,6 +26,7 @@ template <class Obj>
 void place_summary(const Obj& obj, step_summary& s, const step_info& provisional, const step_info& step,
                    index_t first_response, index_t first_group) {
   using namespace detail;
+  require(checksum_holds(s), "summary", checksum_failure());
   const summed_head head = stage0_head(obj, s, provisional, "summary",
                                        "was not made for the provisional step (its id, scale, configuration and "
                                        "responses) or objective");
@@ -67,5 +69,6 @@ void place_summary(const Obj& obj, step_summary& s, const step_info& provisional
     if (g != 0) g += static_cast<double>(first_group);  // 0: a response no part claimed
   }
   write_fingerprint(s, plan_fingerprint(obj, step, width), parts);
+  seal(s);  // the moved values' checksum (the parts' sum, as their own would sum)
 }
 RECO_NAMESPACE_END

@@ -18,6 +18,7 @@
 #include "reco/select/top_entropy.hpp"
 #include "reco/step_plan/step.hpp"
 #include "reco/step_plan/summary.hpp"
+#include "reco/step_plan/summary_check.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
@@ -38,8 +39,10 @@ inline bool before_in_step(std::uint64_t key_a, index_t response_a, std::uint64_
 // The step's plan: what every call of a split step needs from the rest of the step.
 class step_plan {
  public:
-  // top_values: a covariance selection's round of each part's first k candidates.
-  enum class stage_kind : std::uint8_t { histogram, cut_counts, complete, top_values };
+  // top_values: a covariance selection's round of each part's first k candidates; confirm: the
+  // last stage, where every part confirms that it holds the same sums as the others (a digest of
+  // every stage's sums) and that the last stage's sums passed its checksum.
+  enum class stage_kind : std::uint8_t { histogram, cut_counts, complete, top_values, confirm };
 
   bool complete() const { return stage_ == stage_kind::complete; }
   stage_kind stage() const { return stage_; }
@@ -62,8 +65,20 @@ class step_plan {
   // Combines the summed summaries of the current round (see plan_round).
   void advance(const step_summary& total) {
     detail::require(!complete(), "plan", "is complete; no round is pending");
+    if (stage_ == stage_kind::confirm) return take_confirmation(total);
+    // The checksum first: a sum altered after its parts made it is refused before anything reads
+    // it. After the last round (cut counts, top values) the refusal waits for the confirmation,
+    // so that every rank refuses alike; after a histogram round the next round's size depends on
+    // these sums, and this rank refuses at once.
+    std::uint64_t digest = 0;
+    if (!detail::checksum_holds(total, &digest)) {
+      if (stage_ != stage_kind::histogram) return refuse_to_confirm();
+      detail::refuse_summary("of stage " + std::to_string(stage_index_), detail::checksum_failure());
+    }
+    digest_ = detail::check_mix(digest_ ^ digest);
     std::uint64_t fp = fingerprint_;
     detail::check_plan_header(total, stage_index_, fp, true);
+    detail::check_header_counts(total);
     const double* v = total.values.data() + detail::plan_header;
     if (stage_ == stage_kind::top_values) {
       detail::require(total.values.size() == detail::plan_header + round_body(), "plan",
@@ -74,6 +89,7 @@ class step_plan {
     if (stage_ == stage_kind::histogram) {
       detail::require(total.values.size() == detail::plan_header + round_body(), "plan",
                       "histogram summary of the wrong size");
+      check_round_histograms(v);
       ++stage_index_;
       if (covariance_ && round_ == 0) {
         // The k largest values among the parts' candidates (covariance_candidates), whose number
@@ -112,7 +128,14 @@ class step_plan {
     detail::require(total.values.size() == detail::plan_header + 2 * static_cast<std::size_t>(R), "plan",
                     "cut-count summary of the wrong size");
     double greater = 0;
-    for (index_t i = 0; i < R; ++i) greater += v[2 * i];
+    for (index_t i = 0; i < R; ++i) {
+      const double above = v[2 * i], on = v[2 * i + 1];
+      if (!(detail::is_count(above) && detail::is_count(on) && above + on <= static_cast<double>(length_[i])))
+        detail::refuse_summary("cut_counts", "of response " + std::to_string(i) + " are " + std::to_string(above) +
+                                                 " above and " + std::to_string(on) + " on the cut (counts of its " +
+                                                 std::to_string(length_[i]) + " valid tokens)");
+      greater += above;
+    }
     index_t budget = -1;  // ties to keep in step order (-1: all)
     if (cut_.ties >= 0) {
       budget = select_.use_given ? cut_.ties : select_k_ - static_cast<index_t>(greater);
@@ -162,6 +185,7 @@ class step_plan {
   // covariance selection's first round, the parts that left selectable tokens out), or per
   // response the tokens above and on the cut.
   std::size_t round_body() const {
+    if (stage_ == stage_kind::confirm) return confirm_body;
     if (stage_ == stage_kind::top_values) return part_starts_.size() * part_top_values() + 1;
     if (stage_ != stage_kind::histogram) return 2 * static_cast<std::size_t>(step_.responses);
     return static_cast<std::size_t>(histograms()) * detail::plan_histogram + (covariance_ && round_ == 0 ? 1 : 0);
@@ -195,6 +219,12 @@ class step_plan {
   int rounds() const { return static_cast<int>(width_ * 8 / detail::plan_digit_bits); }
   std::uint64_t prefix(int j) const { return prefix_[j]; }
   std::size_t width() const { return width_; }
+  // The confirmation's body (plan_round): a digest of every stage's sums this part holds, as 8
+  // chunks of 8 bits and their squares (all parts agree iff parts * sum(x^2) == sum(x)^2), then
+  // 1 when this part refused the last stage's sums (their checksum failed).
+  static constexpr std::size_t confirm_body = 17;
+  std::uint64_t digest() const { return digest_; }
+  bool refused() const { return refused_; }
 
  private:
   // The top-value round. The step selects its first k selectable tokens in the order value
@@ -213,6 +243,10 @@ class step_plan {
       index_t response;
     };
     std::vector<entry> table;
+    const double partial = v[P * slots];  // the parts that sent fewer than all their selectable tokens
+    if (!(detail::is_count(partial) && partial <= static_cast<double>(P)))
+      detail::refuse_summary("top_values", "count " + std::to_string(partial) + " parts that left tokens out, of " +
+                                               std::to_string(P));
     for (std::size_t p = 0; p < P; ++p) {
       const double* slot = v + p * slots;
       const double n = slot[0];
@@ -224,10 +258,12 @@ class step_plan {
         if (!(i >= 0 && i < static_cast<double>(R) && i == std::floor(i)))
           detail::fail("plan", "a part sent a top value of response " + std::to_string(i) + ", outside the step's " +
                                    std::to_string(R) + " (inconsistent parts)");
+        if (!std::isfinite(slot[1 + 2 * j]))
+          detail::refuse_summary("top_values", "hold " + std::to_string(slot[1 + 2 * j]) + " for response " +
+                                                   std::to_string(i) + " (selection values are finite)");
         table.push_back(entry{detail::order_key_bits(slot[1 + 2 * j]), static_cast<index_t>(i)});
       }
     }
-    const double partial = v[P * slots];  // the parts that sent fewer than all their selectable tokens
     kept_.assign(R, 0);
     if (table.size() <= K && partial == 0) {
       cut_ = entropy_cut{-HUGE_VAL, -1};  // every selectable token of the step
@@ -264,7 +300,59 @@ class step_plan {
       policy_.responses = kept_responses;
     }
     ++stage_index_;
+    stage_ = stage_kind::confirm;
+  }
+
+  // The last stage's sums failed their checksum on this part: the plan waits for the
+  // confirmation, where every part learns it and refuses alike.
+  void refuse_to_confirm() {
+    refused_ = true;
+    ++stage_index_;
+    stage_ = stage_kind::confirm;
+  }
+  // The confirmation: no part refused the last stage's sums, and all hold the same sums.
+  void take_confirmation(const step_summary& total) {
+    detail::require(total.values.size() == detail::plan_header + confirm_body, "plan",
+                    "confirmation of the wrong size (a round of another stage?)");
+    if (!detail::checksum_holds(total))
+      detail::refuse_summary("of the confirmation", detail::checksum_failure());
+    const double* v = total.values.data() + detail::plan_header;
+    const double parts = total.values[detail::plan_h_parts];
+    if (v[16] != 0)
+      detail::refuse_summary("of the plan's last stage",
+                             "failed their checksum on " + std::to_string(v[16]) + " of " + std::to_string(parts) +
+                                 " parts: a summary was altered after its part made it (in flight or in a rank's "
+                                 "memory); every part refuses the plan");
+    std::uint64_t fp = fingerprint_;
+    detail::check_plan_header(total, stage_index_, fp, true);
+    detail::check_header_counts(total);
+    std::uint64_t agreed = 0;
+    if (!detail::chunks_agree(v, v + 8, parts, agreed) || agreed != digest_)
+      detail::refuse_summary("of the plan's stages",
+                             "differ between parts: the ranks received different sums from the same collectives");
+    ++stage_index_;
     stage_ = stage_kind::complete;
+  }
+
+  // A histogram round: every bucket a count, the runs' sums their buckets' sums, and each target's
+  // histogram holding the tokens of the bucket it narrows (the first round, or one that counts
+  // every first digit again, all valid tokens; a covariance selection's first, its candidates).
+  void check_round_histograms(const double* v) const {
+    if (covariance_ && round_ == 0) {
+      const double partial = v[static_cast<std::size_t>(histograms()) * detail::plan_histogram];
+      if (!(detail::is_count(partial) && partial <= static_cast<double>(part_starts_.size())))
+        detail::refuse_summary("histogram", "counts " + std::to_string(partial) + " parts that left tokens out");
+    }
+    for (int j = 0; j < histograms(); ++j) {
+      const double total = detail::check_histogram(v + static_cast<std::size_t>(j) * detail::plan_histogram, "histogram");
+      const double expected = round_ == 0 ? (covariance_ ? -1.0 : valid_.tokens) : in_prefix_[j];
+      // A windowed stage 0's first round may be discarded (its windows unconfirmed): its counts
+      // are exact only inside the windows.
+      if (expected >= 0 && total != expected && windows_ == 0)
+        detail::refuse_summary("histogram", "of round " + std::to_string(round_) + " counts " +
+                                                std::to_string(total) + " tokens under its prefix, not the " +
+                                                std::to_string(expected) + " the previous stage found there");
+    }
   }
 
   // One histogram round: per target j, the summed histogram at v + j * stride (stride 0: one
@@ -277,6 +365,7 @@ class step_plan {
         detail::fail("plan", "the parts' histograms hold fewer valid tokens than their summaries counted "
                              "(inconsistent parts)");
       rank_[j] -= static_cast<index_t>(below);
+      in_prefix_[j] = v[j * stride + b];
       prefix_[j] = (prefix_[j] << detail::plan_digit_bits) | b;
     }
     ++round_;
@@ -314,6 +403,9 @@ class step_plan {
   index_t ranks_[2] = {0, 0};  // ascending ranks of the cut's order statistics among valid tokens
   index_t rank_[2] = {0, 0};   // ... within the current prefix
   std::uint64_t prefix_[2] = {0, 0};
+  double in_prefix_[2] = {0, 0};  // the valid tokens under each prefix (what its next histogram holds)
+  std::uint64_t digest_ = 0;      // of every stage's sums this part took
+  bool refused_ = false;          // the last stage's sums failed their checksum here
   int targets_ = 0, round_ = 0;
   double windows_ = 0, window_ids_ = 0;  // the windowed parts of stage 0 and the sum of their ids
   entropy_cut cut_{HUGE_VAL, -1};

@@ -17,6 +17,7 @@
 #include "reco/step_plan/plan.hpp"
 #include "reco/step_plan/summarize.hpp"
 #include "reco/step_plan/summary.hpp"
+#include "reco/step_plan/summary_check.hpp"
 #include "reco/step_plan/token_source.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -32,16 +33,26 @@ step_summary plan_round(const Obj& obj, const step_plan& plan, const batch_view<
   require(plan_fingerprint(obj, part.step, sizeof(T)) == plan.fingerprint(), "plan",
           "was built for another step, objective or value type than this part");
   const index_t R = batch.layout.responses;
-  require(part.first_response >= 0 && part.first_response + R <= part.step.responses, "part.first_response",
-          "the part's responses must lie in the step");
-  const batch_pointers<T> b = pointers_of(batch);
+  check_part(part, R, 0);
   step_summary s = plan_summary(plan.round_body(), plan.stage_index(), sizeof(T), plan.fingerprint());
-  if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
-    refuse_token_source(tokens);
-    covariance_round(obj, plan, b, part, state, s);
+  if (plan.stage() == step_plan::stage_kind::confirm) {
+    // The confirmation: the digest of the sums this part took, and whether it refused the last.
+    double* v = s.values.data() + plan_header;
+    write_chunks(v, v + 8, plan.digest(), 1);
+    v[16] = plan.refused() ? 1 : 0;
   } else {
-    fill_round(plan, b, part, state, tokens, s);
+    const batch_pointers<T> b = pointers_of(batch);
+    if constexpr (is_covariance_selection_v<typename Obj::selector_type>) {
+      refuse_token_source(tokens);
+      covariance_round(obj, plan, b, part, state, s);
+    } else {
+      fill_round(plan, b, part, state, tokens, s);
+    }
   }
+  // Where parts add: every value of a histogram round and of the confirmation; the header of the
+  // per-response counts; the header and the trailing count of the top values.
+  const bool all_added = plan.stage() == step_plan::stage_kind::histogram || plan.stage() == step_plan::stage_kind::confirm;
+  seal(s, all_added ? s.size() : plan_header, plan.stage() == step_plan::stage_kind::top_values ? 1 : 0);
   return s;
 }
 

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "reco/step_plan/host_passes.hpp"
 #include "reco/step_plan/part_state.hpp"
 #include "reco/step_plan/summary.hpp"
+#include "reco/step_plan/summary_check.hpp"
 #include "reco/step_plan/token_source.hpp"
 #include "reco/validate.hpp"
 
@@ -75,31 +78,84 @@ digit_window sampled_window(const Obj& obj, const batch_pointers<T>& b, const wi
   else return sampled_window(b, term_of(obj.select).params.rho, ws);
 }
 
+// Whether every valid token of `values` passes `ok` (a value check the summary carries as a flag).
+template <class T, class Ok>
+bool valid_tokens_pass(const batch_pointers<T>& b, const T* values, Ok ok) {
+  for (index_t i = 0; i < b.layout.responses; ++i)
+    for (index_t t = b.layout.begin(i); t < b.layout.end(i); ++t)
+      if ((b.mask == nullptr || b.mask[t] != 0) && !ok(static_cast<double>(values[t]))) return false;
+  return true;
+}
+
+// The offsets' errors as summary flags (validate_offsets_host's checks, which name them).
+template <class T>
+std::uint32_t offsets_status(const batch_view<T>& batch) {
+  try {
+    validate_offsets_host(batch);
+  } catch (const error& e) {
+    return e.argument() == "batch.group_offsets" ? bad_group_offsets : bad_token_offsets;
+  }
+  return 0;
+}
+
+// A part's place in the step, checked before its summary is allocated.
+inline void check_part(const step_part& part, index_t responses, index_t groups) {
+  check_step(part.step, "part.step");
+  const index_t R_step = part.step.responses;
+  require(part.first_response >= 0 && part.first_response <= R_step && responses <= R_step - part.first_response,
+          "part.first_response",
+          "the part's " + std::to_string(responses) + " responses from " + std::to_string(part.first_response) +
+              " must lie in the step's " + std::to_string(R_step));
+  require(part.first_group >= 0 && part.first_group < (index_t{1} << 53) - groups, "part.first_group",
+          "is " + std::to_string(part.first_group) + "; group ids lie in [0, 2^53)");
+}
+
+}  // namespace detail
+
+// The checks of stage 0 that throw where they are: the objective's parameters, the part's shapes
+// and which inputs it gives, its place in the step. They read no values (those are flags in the
+// summary, thrown by finish_plan on every part alike), so a caller with collectives can run them
+// before its first one and exchange their errors (reco::torch::build_step_plan does).
+template <class Obj, class T>
+void check_part_inputs(const Obj& obj, const batch_view<T>& batch, const step_part& part) {
+  obj.validate();
+  const objective_needs needs = obj.needs();
+  detail::validate_inputs(batch, needs);
+  detail::validate_rollout_logp(batch, detail::weight_reads_rollout_logp(obj.weight), true, false);
+  detail::validate_token_advantages(batch, true, false);
+  detail::check_part(part, batch.layout.responses, batch.group_offsets.size() - 1);
+}
+
+namespace detail {
 template <class Obj, class T>
 step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const step_part& part,
                             const part_token_source* tokens, part_rounds* state, const window_sampling& ws) {
-  obj.validate();
+  check_part_inputs(obj, batch, part);
   constexpr bool covariance = is_covariance_selection_v<typename Obj::selector_type>;
   if (covariance) refuse_token_source(tokens);
   const objective_needs needs = obj.needs();
-  validate_inputs(batch, needs);
-  validate_offsets_host(batch);
-  validate_rollout_logp(batch, weight_reads_rollout_logp(obj.weight), true);
-  validate_token_advantages(batch, true);
   const step_info& st = part.step;
-  require(st.responses >= 0, "part.step.responses", "must be >= 0");
-  require(std::isfinite(st.scale) && st.scale > 0, "part.step.scale", "must be finite and > 0");
   const index_t R = batch.layout.responses;
-  require(part.first_response >= 0 && part.first_response + R <= st.responses, "part.first_response",
-          "the part's responses [" + std::to_string(part.first_response) + ", " +
-              std::to_string(part.first_response + R) + ") must lie in the step's " + std::to_string(st.responses));
-  require(part.first_group >= 0, "part.first_group", "must be >= 0");
 
   const std::uint64_t fp = plan_fingerprint(obj, st, sizeof(T));
   const bool histogram = summary_has_histogram(obj);
   const std::size_t fields = plan_fields * static_cast<std::size_t>(st.responses);
   const std::size_t hist = stage0_block(obj, st.responses);  // the body: the block, then the fields
-  step_summary s = plan_summary(hist + fields, 0, sizeof(T), fp);
+  step_summary s;
+  try {
+    s = plan_summary(hist + fields, 0, sizeof(T), fp);
+  } catch (const std::bad_alloc&) {
+    fail("part.step.responses", "is " + std::to_string(st.responses) + ": the summary's " +
+                                    std::to_string(plan_header + hist + fields) + " doubles do not fit in memory");
+  }
+  // Offsets that do not describe the part's tokens: the summary carries the error, reading nothing.
+  if (const std::uint32_t bad = offsets_status(batch)) {
+    for (int k = 0; k < plan_status_bits; ++k)
+      if (bad & (1u << k)) s.values[plan_h_status + k] = 1;
+    if (state) *state = part_rounds{};
+    seal(s, plan_header + (histogram ? plan_histogram : 0), 0);
+    return s;
+  }
 
   const batch_pointers<T> b = pointers_of(batch);
   plan_reads reads;
@@ -138,6 +194,10 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   const T* input = Obj::needs_rewards ? b.rewards : (Obj::needs_advantages ? b.advantages : nullptr);
   const std::uint32_t input_bit = Obj::needs_rewards ? bad_rewards : bad_advantages;
   const T* given = needs.response_weights ? b.response_weights : nullptr;
+  if (b.token_advantages && !valid_tokens_pass(b, b.token_advantages, [](double x) { return x - x == 0; }))
+    bits |= bad_token_advantages;
+  if (b.rollout_logp && !valid_tokens_pass(b, b.rollout_logp, [](double x) { return x <= 0 && x >= -DBL_MAX; }))
+    bits |= bad_rollout_logp;
   double valid_tokens = 0;
   for (index_t g = 0; g < b.groups; ++g) {
     for (index_t i = batch.group_offsets[g]; i < batch.group_offsets[g + 1]; ++i) {
@@ -171,7 +231,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
       f[plan_f_input] = x;
       f[plan_f_weight] = w;
       if constexpr (covariance) {
-        if (!finite(cs.logp)) bits |= bad_logp;  // the step's mean logp would be NaN on every part
+        if (!(finite(cs.logp) && cs.logp <= 0)) bits |= bad_logp;  // the step's mean logp, NaN on every part
         double* cv = body + covariance_slots * static_cast<std::size_t>(part.first_response + i);
         cv[0] = cs.logp;
         cv[1] = cs.adv;
@@ -179,7 +239,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
       }
     }
   }
-  for (int k = 0; k < 16; ++k)
+  for (int k = 0; k < plan_status_bits; ++k)
     if (bits & (1u << k)) s.values[plan_h_status + k] = 1;
   if (window.lo <= window.hi) {
     // The histogram of a windowed part: its candidates digit by digit, the tokens above the window
@@ -202,6 +262,7 @@ step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const st
   } else if (state) {
     *state = part_rounds{};
   }
+  seal(s, plan_header + (histogram ? plan_histogram : 0), 0);  // the histogram is added, the fields written
   return s;
 }
 }  // namespace detail

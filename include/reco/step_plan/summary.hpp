@@ -68,11 +68,14 @@ enum : std::size_t {
   plan_h_width = 2,        // sizeof(T) of the part's values
   plan_h_fp = 3,           // 8 chunks of 8 bits of the fingerprint
   plan_h_fp_sq = 11,       // their squares: all parts agree iff parts * sum(x^2) == sum(x)^2
-  plan_h_status = 19,      // 16 counters, one per input_error bit
-  plan_h_windows = 35,     // stage 0: 1 per windowed part; its first round: 1 per part that confirms
-  plan_h_window_ids = 36,  // ... and the ids of those windows (a part_rounds' window)
-  plan_header = 37,
+  plan_h_status = 19,      // 24 counters, one per input_error bit (plan_status_bits)
+  plan_h_windows = 43,     // stage 0: 1 per windowed part; its first round: 1 per part that confirms
+  plan_h_window_ids = 44,  // ... and the ids of those windows (a part_rounds' window)
+  plan_h_check = 45,       // a checksum of every other value (summary_check.hpp) in 3 chunks of 21 bits
+  plan_h_layout = 48,      // per part: where the positions several parts add end, and how many trail
+  plan_header = 50,
 };
+inline constexpr int plan_status_bits = 24;
 // Per-response fields of the first stage.
 enum : std::size_t {
   plan_f_claimed = 0,
@@ -114,14 +117,28 @@ inline void recycle_taken(step_summary&& s, std::size_t histograms) {
   keep_spare(std::move(v), true);
 }
 
-// Writes a fingerprint into a summary's header as `parts` parts that agree on it sum it: 8 chunks of
-// 8 bits and their squares.
-inline void write_fingerprint(step_summary& s, std::uint64_t fp, double parts) {
+// Writes a 64-bit value as `parts` parts that agree on it sum it: 8 chunks of 8 bits at `sum` and
+// their squares at `sq`.
+inline void write_chunks(double* sum, double* sq, std::uint64_t x, double parts) {
   for (int c = 0; c < 8; ++c) {
-    const double x = static_cast<double>((fp >> (8 * c)) & 0xffu);
-    s.values[plan_h_fp + c] = parts * x;
-    s.values[plan_h_fp_sq + c] = parts * x * x;
+    const double b = static_cast<double>((x >> (8 * c)) & 0xffu);
+    sum[c] = parts * b;
+    sq[c] = parts * b * b;
   }
+}
+// Whether the `parts` parts that summed chunks written by write_chunks agree (then `x` is their
+// value): each chunk's sum a multiple of parts in [0, 255 parts], parts * sum(x^2) == sum(x)^2.
+inline bool chunks_agree(const double* sum, const double* sq, double parts, std::uint64_t& x) {
+  x = 0;
+  for (int c = 0; c < 8; ++c) {
+    const double b = sum[c] / parts;
+    if (!(b >= 0 && b <= 255 && b == std::floor(b) && parts * sq[c] == sum[c] * sum[c])) return false;
+    x |= static_cast<std::uint64_t>(b) << (8 * c);
+  }
+  return true;
+}
+inline void write_fingerprint(step_summary& s, std::uint64_t fp, double parts) {
+  write_chunks(s.values.data() + plan_h_fp, s.values.data() + plan_h_fp_sq, fp, parts);
 }
 
 inline step_summary plan_summary(std::size_t body, int stage, std::size_t width, std::uint64_t fp) {
@@ -141,16 +158,16 @@ inline void check_plan_header(const step_summary& s, int stage, std::uint64_t& f
   require(parts >= 1 && parts == std::floor(parts), "plan", "summary without parts (parts = " +
                                                              std::to_string(parts) + ")");
   std::uint64_t common = 0;
-  for (int c = 0; c < 8; ++c) {
-    const double sum = s.values[plan_h_fp + c], sq = s.values[plan_h_fp_sq + c];
-    if (parts * sq != sum * sum)
-      fail("plan", "the parts disagree on the step or the objective (step id, number of responses, scale, "
-                   "configuration digest, value type, preset or parameters differ between parts)");
-    common |= static_cast<std::uint64_t>(sum / parts) << (8 * c);
-  }
+  if (!chunks_agree(s.values.data() + plan_h_fp, s.values.data() + plan_h_fp_sq, parts, common))
+    fail("plan", "the parts disagree on the step or the objective (step id, number of responses, scale, "
+                 "configuration digest, value type, preset or parameters differ between parts)");
   if (fp_known && common != fp)
     fail("plan", "the summaries were made for another step or objective than this one");
   fp = common;
+  const double width = s.values[plan_h_width] / parts;
+  if (width != 4 && width != 8)
+    fail("summaries", "header.width is " + std::to_string(s.values[plan_h_width]) + " for " + std::to_string(parts) +
+                          " parts (each part adds its value width, 4 or 8 bytes)");
   if (s.values[plan_h_stage] != parts * stage)
     fail("plan", "the parts' summaries are from different stages of the plan (expected stage " +
                      std::to_string(stage) + ")");

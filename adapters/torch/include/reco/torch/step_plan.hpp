@@ -14,20 +14,24 @@
 // share a prompt id share that group (with group_offsets, every part's groups are its own).
 //
 // Collectives on the process group (a constant number, whatever the number of micro-batches):
-// one all-gather of 6 integers per rank (the step's layout; none when step_options::layout is
-// given), one all-reduce SUM of the summaries (which carry the first histogram of an 80/20 cut),
-// and for the 80/20 presets 1 (float) or 3 (double) more histogram all-reduces plus one of the
-// per-response cut counts. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
+// one all-gather of 50 integers per rank (the step's layout, the step id, the configuration and
+// protocol, a rank's error; none when step_options::layout is given), one all-reduce SUM of the
+// summaries (which carry the first histogram of an 80/20 cut), for the 80/20 presets 1 (float)
+// or 3 (double) more histogram all-reduces plus one of the per-response cut counts, and the
+// confirmation (67 doubles) that every rank holds the same sums. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
 // plan's passes over the tokens run as tensor operations on the device (step_options::passes),
 // only per-response values, the cut's histogram and candidates come to the host, the collectives
 // run on CUDA tensors of the micro-batches' device (NCCL or Gloo), and the calls run on the
 // device. A rank that does not join fails after the process group's timeout
 // (ProcessGroupGloo::Options::timeout) with a reco::error naming "process_group". Ranks that
-// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan".
+// disagree on the step id, the preset or its overrides fail with a reco::error naming "plan". A
+// bad input on any rank fails every rank alike, after the same collective (docs/distributed.md,
+// "Failing alike").
 // group may be null: gradient accumulation in one process, the same plan without collectives.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,6 +75,15 @@ struct step_options {
   // The 80/20 cut's windowed first pass over a large micro-batch on the host (reco::window_sampling):
   // its cost, never the plan.
   reco::window_sampling window{};
+  // Test and tracing hooks (none by default).
+  struct hooks_type {
+    // Called after each all-reduce of the plan with its stage index and the summed values, which
+    // it may alter (the fault tests corrupt a rank's copy, or end a rank, here).
+    std::function<void(int stage, std::vector<double>& summed)> after_sum;
+    // Mixed into the id of the plan's protocol this rank runs (the fault tests make ranks that
+    // run different builds of the library).
+    std::uint64_t build_salt = 0;
+  } hooks;
 };
 
 // A step's plan on this rank: the core plan and where each of this rank's micro-batches sits.
@@ -82,9 +95,12 @@ struct planned_step {
 };
 
 namespace detail {
+// `early`: an error this rank met before it could set up the plan (its preset), which the other
+// ranks learn from the layout's exchange (ops is then unused).
 planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const objective_needs& needs,
                                   const plan_ops& ops, std::uint64_t config,
-                                  const std::vector<policy_inputs>& micro_batches, const step_options& options);
+                                  const std::vector<policy_inputs>& micro_batches, const step_options& options,
+                                  const reco::error* early = nullptr);
 std::uint64_t config_digest(const std::string& preset, const std::map<std::string, double>& overrides);
 }  // namespace detail
 

@@ -26,6 +26,14 @@ plan_ops plan_ops_for(const Objective& obj) {
                           : reco::summarize(obj, q.batch_f, part, *state, sampling, tokens);
     return q.use_double ? reco::summarize(obj, q.batch_d, part, tokens) : reco::summarize(obj, q.batch_f, part, tokens);
   };
+  ops.check = [obj](const run_request& q, const reco::step_part& part) {
+    if (q.use_double) reco::check_part_inputs(obj, q.batch_d, part);
+    else reco::check_part_inputs(obj, q.batch_f, part);
+  };
+  ops.summary_size = [obj](index_t R) {
+    return reco::detail::plan_header + reco::detail::stage0_block(obj, R) +
+           reco::detail::plan_fields * static_cast<std::size_t>(R);
+  };
   ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,
                     index_t first_response, index_t first_group) {
     reco::place_summary(obj, s, provisional, step, first_response, first_group);
