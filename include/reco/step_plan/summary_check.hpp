@@ -79,7 +79,7 @@ inline check_layout layout_of(const step_summary& s) {
   if (!(parts >= 1 && parts <= 536870912.0 && parts == std::floor(parts))) return l;
   const double a = s.values[plan_h_layout] / parts, t = s.values[plan_h_layout + 1] / parts;
   const auto n = static_cast<double>(s.values.size());
-  if (!(a >= plan_header && a <= n && a == std::floor(a) && t >= 0 && t <= n - a && t == std::floor(t))) return l;
+  if (!(a >= static_cast<double>(plan_header) && a <= n && a == std::floor(a) && t >= 0 && t <= n - a && t == std::floor(t))) return l;
   l.added = static_cast<std::size_t>(a);
   l.trailing = static_cast<std::size_t>(t);
   l.valid = true;
