@@ -20,6 +20,7 @@
 #include "reco/logits/linear_policy_loss.hpp"
 #include "reco/presets.hpp"
 #include "reco/registry.hpp"
+#include "reco/step_plan.hpp"
 
 namespace {
 
@@ -284,6 +285,70 @@ TEST(LinearPolicyLoss, EqualsForwardObjectiveBackward) {
   check_against_explicit<float>(reco::presets::gspo{}, "gspo float");
   check_against_explicit<float>(reco::presets::rule_80_20{}, "rule_80_20 float");
   check_against_explicit<reco::bf16_t>(reco::presets::reco{}, "reco bf16");
+}
+
+// A step of the four responses split into two parts (one group each), each part's call with the
+// step's plan: the parts' losses and gradients add up to the one call's. The summaries read the
+// exact logp and entropy (a caller's no-grad forward; a folded objective's plan needs neither).
+template <class Obj>
+void check_split_step(const Obj& obj, const std::string& name) {
+  SCOPED_TRACE(name);
+  micro_batch m(5, 33, 17);
+  const problem<double>& p = m.p;
+  const grads_out whole = run_double(obj, m, p.h, p.w, true, 4);
+
+  const index_t half = p.N / 2, R = micro_batch::R, T = micro_batch::T;
+  const reco::step_info step{3, R, 1.0, 0};
+  const std::vector<index_t> part_groups{0, 2};
+  auto part_view = [&](int k, bool with_logp) {
+    const index_t t0 = k * half;
+    reco::batch_view<double> b;
+    b.layout = reco::padded(R / 2, T);
+    b.group_offsets = reco::span<const index_t>(part_groups.data(), 2);
+    b.mask = reco::span<const std::uint8_t>(p.mask.data() + t0, half);
+    b.old_logp = reco::span<const double>(m.old_logp.data() + t0, half);
+    if (obj.needs().ref_logp) b.ref_logp = reco::span<const double>(m.ref_logp.data() + t0, half);
+    b.rewards = reco::span<const double>(m.rewards.data() + k * (R / 2), R / 2);
+    if (with_logp) {
+      b.logp = reco::span<const double>(m.ref.logp.data() + t0, half);
+      if (obj.needs().entropy) b.entropy = reco::span<const double>(m.ref.entropy.data() + t0, half);
+    }
+    return b;
+  };
+  const reco::step_part parts[2] = {{step, 0, 0}, {step, R / 2, 1}};
+  reco::step_summary total;
+  for (int k = 0; k < 2; ++k) total += reco::summarize(obj, part_view(k, true), parts[k]);
+  reco::step_plan plan = reco::finish_plan(obj, step, total);
+  while (!plan.complete()) {
+    reco::step_summary r;
+    for (int k = 0; k < 2; ++k) r += reco::plan_round(obj, plan, part_view(k, true), parts[k]);
+    plan.advance(r);
+  }
+
+  double loss = 0;
+  std::vector<double> dh(p.N * p.H, -1.0), dw(p.V * p.H, 0.0), db(p.V, 0.0);
+  for (int k = 0; k < 2; ++k) {
+    auto in = operands(p.h, p.w, p.b, p.tokens, p.N, p.H, p.V);
+    in.hidden = p.h.data() + k * half * p.H, in.rows = half, in.tokens = p.tokens.data() + k * half;
+    rl::linear_options opt;
+    opt.chunk_rows = 4;
+    rl::linear_gradients<double> g;
+    g.dhidden = dh.data() + k * half * p.H, g.dweight = dw.data(), g.dbias = db.data();
+    reco::workspace<reco::cpu> ws;
+    loss += reco::linear_policy_loss(obj, reco::cpu{}, rl::cblas_gemm{}, in, opt, part_view(k, false), g, ws, plan,
+                                     parts[k])
+                .loss;
+  }
+  EXPECT_NEAR(loss, whole.loss, 1e-12 * (1 + std::fabs(whole.loss)));
+  for (index_t i = 0; i < p.N * p.H; ++i) EXPECT_NEAR(dh[i], whole.dh[i], 1e-12 * (1 + std::fabs(whole.dh[i]))) << i;
+  for (index_t i = 0; i < p.V * p.H; ++i) EXPECT_NEAR(dw[i], whole.dw[i], 1e-12 * (1 + std::fabs(whole.dw[i]))) << i;
+  for (index_t j = 0; j < p.V; ++j) EXPECT_NEAR(db[j], whole.db[j], 1e-12 * (1 + std::fabs(whole.db[j]))) << j;
+}
+
+TEST(LinearPolicyLoss, SplitStepWithItsPlanEqualsOneCall) {
+  check_split_step(reco::presets::grpo{}, "grpo");
+  check_split_step(reco::presets::reco{}, "reco");
+  check_split_step(reco::presets::rule_80_20{}, "rule_80_20");
 }
 
 // Every token masked: zero dh, dW untouched, the objective's zero loss.
