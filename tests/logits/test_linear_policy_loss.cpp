@@ -362,15 +362,6 @@ TEST(LinearPolicyLoss, EveryTokenMasked) {
   for (double x : o.dw) EXPECT_EQ(x, 0.0);
 }
 
-void expect_error(const std::function<void()>& f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected one naming " << argument;
-  } catch (const reco::error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
-
 TEST(LinearPolicyLoss, NamedErrors) {
   micro_batch m(3, 9, 5);
   const problem<double>& p = m.p;
