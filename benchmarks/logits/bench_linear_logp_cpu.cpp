@@ -5,6 +5,9 @@
 // the thread count (OpenMP, OpenBLAS and LibTorch's intra-op pool set alike).
 //   reco fwd+bwd  forward, then backward from the saved lse and entropy (4 GEMMs)
 //   reco fused    linear_fused with a token-local GRPO gradient (3 GEMMs: no recompute)
+//   reco grpo / reco reco   reco::linear_policy_loss with the grpo / reco preset on a batch of
+//                 responses of 512 tokens in groups of 4, off-policy: the objective folded into
+//                 the chunk pass (3 GEMMs, the objective called once per chunk)
 // Counter peak_extra_MB: the rise of the process's peak resident memory over its resident memory
 // before the iteration (/proc/self/clear_refs resets the peak), inputs and outputs excluded.
 #include <benchmark/benchmark.h>
@@ -12,6 +15,8 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -20,8 +25,11 @@
 
 #include <torch/torch.h>
 
+#include "reco/backend/cpu.hpp"
 #include "reco/logits/cblas_gemm.hpp"
 #include "reco/logits/linear_logp_entropy.hpp"
+#include "reco/logits/linear_policy_loss.hpp"
+#include "reco/presets.hpp"
 
 namespace {
 
@@ -150,6 +158,45 @@ void BM_reco_fused(benchmark::State& state) {
   set_counters(state, p, peak);
 }
 
+// reco::linear_policy_loss with preset P: R = N / 512 responses in groups of 4, rewards 0/1,
+// old_logp and ref_logp the current logp plus a deterministic offset in [-0.2, 0.2] (computed
+// once, outside the timing), so that some ratios clip.
+template <class P>
+void BM_reco_policy_loss(benchmark::State& state) {
+  problem p(state.range(0), state.range(1), state.range(2));
+  set_threads(static_cast<int>(state.range(3)));
+  rl::linear_options o;
+  o.temperature = 0.7;
+  rl::linear_forward(rl::cblas_gemm{}, p.operands(), o, rl::linear_outputs<float>{p.logp.data()});
+  const index_t T = 512, R = std::max<index_t>(1, p.N / T);
+  std::vector<float> old(static_cast<std::size_t>(p.N)), rewards(static_cast<std::size_t>(R));
+  std::vector<index_t> groups;
+  for (index_t t = 0; t < p.N; ++t) old[t] = p.logp[t] + 0.2f * static_cast<float>((t * 7919) % 201 - 100) / 100.0f;
+  for (index_t i = 0; i < R; ++i) rewards[i] = static_cast<float>((i * 5) % 3 == 0);
+  for (index_t g = 0; g <= R; g += 4) groups.push_back(g);
+  if (groups.back() != R) groups.push_back(R);
+  const P obj;
+  reco::batch_view<float> b;
+  b.layout = reco::padded(R, p.N / R);
+  b.group_offsets = groups;
+  b.old_logp = old;
+  b.ref_logp = old;
+  b.rewards = rewards;
+  reco::workspace<reco::cpu> ws;
+  peak_meter meter;
+  double peak = 0;
+  for (auto _ : state) {
+    meter.reset();
+    rl::linear_gradients<float> g;
+    g.dhidden = p.dh.data(), g.dweight = p.dw.data();
+    const reco::objective_result r = reco::linear_policy_loss(obj, reco::cpu{}, rl::cblas_gemm{}, p.operands(), o, b, g, ws);
+    benchmark::DoNotOptimize(r.loss);
+    benchmark::DoNotOptimize(p.dw.data());
+    peak = meter.extra_mb();
+  }
+  set_counters(state, p, peak);
+}
+
 void BM_torch_eager(benchmark::State& state) {
   problem p(state.range(0), state.range(1), state.range(2));
   set_threads(static_cast<int>(state.range(3)));
@@ -175,6 +222,7 @@ void shapes(benchmark::internal::Benchmark* b) {
     b->Args({1024, 896, 32000, t});
     b->Args({1024, 896, 151936, t});
     b->Args({1024, 2048, 32000, t});
+    b->Args({8192, 896, 32000, t});
   }
   // Process CPU time next to the wall time: on a shared machine the CPU seconds of the work are
   // the steadier measure (run with --benchmark_enable_random_interleaving=true so that the
@@ -185,6 +233,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_gemms_alone)->Apply(shapes);
 BENCHMARK(BM_reco_fwd_bwd)->Apply(shapes);
 BENCHMARK(BM_reco_fused)->Apply(shapes);
+BENCHMARK(BM_reco_policy_loss<reco::presets::grpo>)->Name("BM_reco_grpo")->Apply(shapes);
+BENCHMARK(BM_reco_policy_loss<reco::presets::reco>)->Name("BM_reco_reco")->Apply(shapes);
 BENCHMARK(BM_torch_eager)->Apply(shapes);
 
 }  // namespace

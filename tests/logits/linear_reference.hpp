@@ -2,17 +2,23 @@
 // materialises the logits x = W h + bias of every row (naive triple loop), takes the row results
 // and dlogits from the two-pass reference of logits_reference.hpp, and forms dh = dX W,
 // dW = dX^T h, dbias = Σ_r dX_r; with each result the magnitudes its error bound is built from.
-// Also generators of problems in every storage type (the double copy holds the stored values).
+// Also generators of problems in every storage type (the double copy holds the stored values), and
+// expect_error (a call that must raise a reco::error naming an argument).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "logits/logits_reference.hpp"
+#include "reco/config.hpp"
 
 namespace linear_test {
 
@@ -117,6 +123,16 @@ reference compute_reference(const problem<T>& p, double tau) {
     }
   }
   return ref;
+}
+
+// Each bad input is a reco::error naming its argument.
+inline void expect_error(const std::function<void()>& f, const std::string& argument) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected one naming " << argument;
+  } catch (const reco::error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
 }
 
 }  // namespace linear_test

@@ -416,16 +416,6 @@ TEST(LinearLogpEntropyShards, PartsMergedEqualWhole) {
   }
 }
 
-// Each bad input is a reco::error naming its argument.
-void expect_error(const std::function<void()>& f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected one naming " << argument;
-  } catch (const reco::error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
-
 TEST(LinearLogpEntropyErrors, NamedArguments) {
   auto p = make_problem<float>(3, 4, 6, 1, true);
   std::vector<float> logp(3), ent(3), lse(3);
