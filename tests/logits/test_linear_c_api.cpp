@@ -36,7 +36,7 @@ std::string message_of(int rc) {
 
 TEST(LinearCApi, WorkspaceBytesAreThePlans) {
   const reco_cuda_linear_args a = valid();
-  const auto plan = reco::logits::plan_linear_cuda(1000, 5000, 64, 2, 4, 8 << 20, 0);
+  const auto plan = reco::logits::linear_cuda_chunking_of(1000, 5000, 64, 2, 4, 8 << 20, 0);
   EXPECT_EQ(reco_cuda_linear_workspace_bytes(&a), static_cast<int64_t>(plan.workspace_bytes));
   EXPECT_LE(plan.workspace_bytes, std::size_t(8) << 20);
   EXPECT_LT(plan.chunk_rows, 1000);

@@ -78,7 +78,7 @@ void parity(double tol) {
   A *d_dw = to_device(std::vector<A>(V * H, A(0))), *d_db = to_device(std::vector<A>(V, A(0)));
   const A *d_g = to_device(g), *d_ge = to_device(ge);
   T* d_dh = to_device(std::vector<T>(N * H));
-  const auto plan = rl::plan_linear_cuda(N, V, H, sizeof(T), sizeof(A), o.memory_budget, 8);
+  const auto plan = rl::linear_cuda_chunking_of(N, V, H, sizeof(T), sizeof(A), o.memory_budget, 8);
   void* ws = nullptr;
   reco::detail::cuda_check(cudaMalloc(&ws, plan.workspace_bytes), "cudaMalloc");
   cublasHandle_t handle;

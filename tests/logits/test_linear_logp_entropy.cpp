@@ -258,7 +258,7 @@ TYPED_TEST(LinearLogpEntropy, ChunkSizesAgree) {
   o.chunk_rows = 0;
   o.memory_budget = rl::linear_workspace_bytes(3, p.V, p.H, std::is_same_v<T, acc<T>> ? 0 : p.V, sizeof(acc<T>));
   const auto budgeted = run(p, operands_of(p), o);
-  EXPECT_EQ(rl::plan_linear(p.N, p.V, p.H, sizeof(acc<T>), !std::is_same_v<T, acc<T>>, o.memory_budget, 0).chunk_rows, 3);
+  EXPECT_EQ(rl::linear_chunking_of(p.N, p.V, p.H, sizeof(acc<T>), !std::is_same_v<T, acc<T>>, o.memory_budget, 0).chunk_rows, 3);
   for (index_t r = 0; r < p.N; ++r) EXPECT_NEAR(budgeted.logp[r], all.logp[r], 1e-6 * (1 + std::fabs(all.logp[r])));
 }
 
@@ -499,19 +499,19 @@ TEST(LinearLogpEntropyPlan, DevicePlanFitsTheBudget) {
   namespace rl = reco::logits;
   for (std::size_t t : {2, 4}) {
     const std::size_t budget = std::size_t(64) << 20;
-    const auto p = rl::plan_linear_cuda(100000, 151936, 2048, t, 4, budget, 0);
+    const auto p = rl::linear_cuda_chunking_of(100000, 151936, 2048, t, 4, budget, 0);
     EXPECT_LE(p.workspace_bytes, budget);
-    EXPECT_GT(rl::plan_linear_cuda(100000, 151936, 2048, t, 4, budget, p.chunk_rows + 1).workspace_bytes, budget);
+    EXPECT_GT(rl::linear_cuda_chunking_of(100000, 151936, 2048, t, 4, budget, p.chunk_rows + 1).workspace_bytes, budget);
     for (std::size_t off : {p.tile, p.dlogits_t, p.hidden, p.dhidden, p.ones}) EXPECT_EQ(off % 256, 0u);
     const std::size_t C = static_cast<std::size_t>(p.chunk_rows);
     EXPECT_GE(p.dlogits_t - p.tile, C * 151936 * 4);
     EXPECT_EQ(p.hidden - p.dlogits_t >= C * 151936 * t, t == 2);
     EXPECT_GE(p.workspace_bytes - p.ones, C * t);
   }
-  EXPECT_EQ(rl::plan_linear_cuda(5, 100, 8, 4, 4, std::size_t(1) << 30, 0).chunk_rows, 5);  // at most the rows
-  EXPECT_EQ(rl::plan_linear_cuda(50, 100, 8, 4, 4, 0, 7).chunk_rows, 7);                     // chunk_rows given
+  EXPECT_EQ(rl::linear_cuda_chunking_of(5, 100, 8, 4, 4, std::size_t(1) << 30, 0).chunk_rows, 5);  // at most the rows
+  EXPECT_EQ(rl::linear_cuda_chunking_of(50, 100, 8, 4, 4, 0, 7).chunk_rows, 7);                     // chunk_rows given
   try {
-    rl::plan_linear_cuda(50, 151936, 2048, 2, 4, 1000, 0);
+    rl::linear_cuda_chunking_of(50, 151936, 2048, 2, 4, 1000, 0);
     ADD_FAILURE() << "no error";
   } catch (const reco::error& e) {
     EXPECT_EQ(e.argument(), "memory_budget");

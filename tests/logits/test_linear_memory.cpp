@@ -67,7 +67,7 @@ void check_peak() {
   in.hidden = h.data(), in.rows = N, in.hidden_size = H, in.weight = w.data(), in.vocab = V, in.tokens = tokens.data();
   rl::linear_options o;
   o.memory_budget = std::size_t(8) << 20;
-  const rl::linear_plan plan = rl::plan_linear(N, V, H, sizeof(A), !std::is_same_v<T, A>, o.memory_budget, 0);
+  const rl::linear_chunking plan = rl::linear_chunking_of(N, V, H, sizeof(A), !std::is_same_v<T, A>, o.memory_budget, 0);
   EXPECT_LT(plan.chunk_rows, N);  // the logits do not fit: several chunks
   EXPECT_LE(plan.workspace_bytes, o.memory_budget);
 

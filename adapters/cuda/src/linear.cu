@@ -67,10 +67,10 @@ logits::linear_options options_of(const reco_cuda_linear_args& a) {
   return o;
 }
 
-logits::linear_cuda_plan plan_of(const reco_cuda_linear_args& a) {
+logits::linear_cuda_chunking plan_of(const reco_cuda_linear_args& a) {
   const logits::linear_options o = options_of(a);
   const logits::dtype t = dtype_of(a.dtype);
-  return logits::plan_linear_cuda(a.rows, a.vocab, a.hidden_size, logits::value_bytes(t), logits::accum_bytes(t),
+  return logits::linear_cuda_chunking_of(a.rows, a.vocab, a.hidden_size, logits::value_bytes(t), logits::accum_bytes(t),
                                   o.memory_budget, o.chunk_rows);
 }
 
@@ -93,7 +93,7 @@ cublasHandle_t handle_of(const reco_cuda_linear_args& a) {
 
 template <class F>
 void run(const reco_cuda_linear_args& a, F&& f) {
-  const logits::linear_cuda_plan plan = plan_of(a);
+  const logits::linear_cuda_chunking plan = plan_of(a);
   require(a.rows == 0 || a.workspace != nullptr, "workspace", "is null");
   require(a.workspace_bytes >= static_cast<std::int64_t>(plan.workspace_bytes), "workspace_bytes",
           std::to_string(a.workspace_bytes) + " bytes, the call needs " + std::to_string(plan.workspace_bytes) +
@@ -114,7 +114,7 @@ std::int64_t linear_workspace_bytes(const reco_cuda_linear_args& a) {
 }
 
 void linear_forward_device(const reco_cuda_linear_args& a, cudaStream_t stream) {
-  run(a, [&](auto tag, const auto& in, const logits::linear_options& o, const logits::linear_cuda_plan& plan) {
+  run(a, [&](auto tag, const auto& in, const logits::linear_options& o, const logits::linear_cuda_chunking& plan) {
     using A = logits::accum_t<typename decltype(tag)::type>;
     const logits::linear_outputs<A> out{static_cast<A*>(a.logp), static_cast<A*>(a.entropy), static_cast<A*>(a.lse),
                                         static_cast<A*>(a.sum_p_squared)};
@@ -123,7 +123,7 @@ void linear_forward_device(const reco_cuda_linear_args& a, cudaStream_t stream) 
 }
 
 void linear_backward_device(const reco_cuda_linear_args& a, cudaStream_t stream) {
-  run(a, [&](auto tag, const auto& in, const logits::linear_options& o, const logits::linear_cuda_plan& plan) {
+  run(a, [&](auto tag, const auto& in, const logits::linear_options& o, const logits::linear_cuda_chunking& plan) {
     using T = typename decltype(tag)::type;
     using A = logits::accum_t<T>;
     logits::linear_gradients<T> g;

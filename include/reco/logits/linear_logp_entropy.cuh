@@ -3,7 +3,7 @@
 // caller's stream. Requires nvcc and cuBLAS (CUDA::cublas).
 //
 //   namespace rl = reco::logits;
-//   const auto plan = rl::plan_linear_cuda(N, V, H, sizeof(T), sizeof(rl::accum_t<T>), budget, 0);
+//   const auto plan = rl::linear_cuda_chunking_of(N, V, H, sizeof(T), sizeof(rl::accum_t<T>), budget, 0);
 //   // workspace: plan.workspace_bytes of device memory (stream-ordered, e.g. cudaMallocAsync)
 //   rl::linear_forward_cuda(handle, in, options, out, workspace, plan, stream);   // in: device pointers
 //   rl::linear_backward_cuda(handle, in, options, grads, workspace, plan, stream);
@@ -122,7 +122,7 @@ struct device_call {
   using A = accum_t<T>;
   const linear_operands<T>& in;
   const linear_options& opt;
-  const linear_cuda_plan& plan;
+  const linear_cuda_chunking& plan;
   cublasHandle_t handle;
   cudaStream_t stream;
   char* ws;
@@ -174,7 +174,7 @@ struct device_call {
 // Forward on the device: logp, entropy, lse (and sum_p_squared when options.sum_p_squared).
 template <class T>
 void linear_forward_cuda(cublasHandle_t handle, const linear_operands<T>& in, const linear_options& options,
-                         const linear_outputs<accum_t<T>>& out, void* workspace, const linear_cuda_plan& plan,
+                         const linear_outputs<accum_t<T>>& out, void* workspace, const linear_cuda_chunking& plan,
                          cudaStream_t stream, int* error_flags = nullptr) {
   static_assert(is_logit_type_v<T>, "reco::logits: h and W must be float, double, reco::bf16_t or reco::f16_t");
   cuda_linear_detail::device_call<T> d{in, options, plan, handle, stream, static_cast<char*>(workspace)};
@@ -193,7 +193,7 @@ void linear_forward_cuda(cublasHandle_t handle, const linear_operands<T>& in, co
 // A), dW and dbias (A) added to.
 template <class T>
 void linear_backward_cuda(cublasHandle_t handle, const linear_operands<T>& in, const linear_options& options,
-                          const linear_gradients<T>& g, void* workspace, const linear_cuda_plan& plan,
+                          const linear_gradients<T>& g, void* workspace, const linear_cuda_chunking& plan,
                           cudaStream_t stream, int* error_flags = nullptr) {
   using A = accum_t<T>;
   namespace cd = cuda_linear_detail;

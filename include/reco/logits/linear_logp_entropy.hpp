@@ -124,7 +124,7 @@ void merge_partials(const row_partial<A>* const* parts, int part_count, index_t 
 }
 
 // Rows per chunk and weight rows per widened block for a call, and the workspace they use.
-struct linear_plan {
+struct linear_chunking {
   index_t chunk_rows = 0;
   index_t weight_block_rows = 0;  // 0: W is read in place
   std::size_t workspace_bytes = 0;
@@ -141,9 +141,9 @@ inline std::size_t linear_workspace_bytes(index_t c, index_t vocab, index_t hidd
 // The plan for rows x vocab x hidden with accumulation type of size `a` bytes. A weight that is
 // widened gets blocks of at most half the budget (all of W when it fits there); the chunk gets the
 // rest, at most `rows` and at least 1. Throws "memory_budget" when one row does not fit.
-inline linear_plan plan_linear(index_t rows, index_t vocab, index_t hidden, std::size_t a, bool weight_widened,
+inline linear_chunking linear_chunking_of(index_t rows, index_t vocab, index_t hidden, std::size_t a, bool weight_widened,
                                std::size_t budget, index_t chunk_rows) {
-  linear_plan p;
+  linear_chunking p;
   if (weight_widened) {
     const std::size_t per_weight_row = static_cast<std::size_t>(hidden) * a;
     const std::size_t fit = budget / 2 / per_weight_row;
@@ -170,17 +170,17 @@ inline linear_plan plan_linear(index_t rows, index_t vocab, index_t hidden, std:
 // offsets of its buffers in one caller-allocated workspace, each 256-byte aligned. Per chunk row:
 // the logits tile (V in A), and for 16-bit inputs its dlogits rounded once to T for the backward
 // GEMMs (V in T); the packed h row (H in T), the dh row (H in A) and one T of a ones vector.
-struct linear_cuda_plan {
+struct linear_cuda_chunking {
   index_t chunk_rows = 0;
   std::size_t tile = 0, dlogits_t = 0, hidden = 0, dhidden = 0, ones = 0;  // byte offsets
   std::size_t workspace_bytes = 0;
 };
 
-inline linear_cuda_plan plan_linear_cuda(index_t rows, index_t vocab, index_t hidden, std::size_t t_size,
+inline linear_cuda_chunking linear_cuda_chunking_of(index_t rows, index_t vocab, index_t hidden, std::size_t t_size,
                                          std::size_t a_size, std::size_t budget, index_t chunk_rows) {
   constexpr std::size_t align = 256;
   auto layout = [&](index_t c) {
-    linear_cuda_plan p;
+    linear_cuda_chunking p;
     p.chunk_rows = c;
     std::size_t at = 0;
     auto take = [&](std::size_t bytes) {
@@ -199,7 +199,7 @@ inline linear_cuda_plan plan_linear_cuda(index_t rows, index_t vocab, index_t hi
     return p;
   };
   if (chunk_rows > 0) return layout(std::min(chunk_rows, std::max<index_t>(rows, 1)));
-  const linear_cuda_plan one = layout(1);
+  const linear_cuda_chunking one = layout(1);
   if (budget < one.workspace_bytes)
     ::reco::detail::fail("memory_budget", std::to_string(budget) + " bytes cannot hold one token's row (" +
                                               std::to_string(one.workspace_bytes) + " bytes on the device)");
@@ -323,7 +323,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   }
 
   // ---- plan and workspace
-  const linear_plan plan = plan_linear(N, V, H, sizeof(A), !weight_in_place, opt.memory_budget, opt.chunk_rows);
+  const linear_chunking plan = linear_chunking_of(N, V, H, sizeof(A), !weight_in_place, opt.memory_budget, opt.chunk_rows);
   const index_t C = plan.chunk_rows, B = weight_in_place ? V : plan.weight_block_rows;
   std::unique_ptr<A[]> tile(new A[static_cast<std::size_t>(C * V)]);
   std::unique_ptr<A[]> hc(new A[static_cast<std::size_t>(C * H)]);
