@@ -5,17 +5,15 @@
 // of 3 tokens: several all-reduces per call). Every process runs under alarm().
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
+#include "forked_ranks.hpp"
 #include "reco/torch/gloo_group.hpp"
 #include "reco/torch/linear_logp_entropy.hpp"
 
@@ -70,7 +68,9 @@ int run_rank(int rank, int world, const std::string& path) {
   auto group = reco::torch::loopback_gloo_group(store, rank, world, std::chrono::milliseconds(30000));
   int failures = 0;
   for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
-    const double tol = dt == at::kDouble ? 1e-12 : 2e-6;
+    // The ranks sum the vocabulary in another order than the whole call: in float a gradient row,
+    // a sum of V = 29 terms of magnitude up to ~3, may differ by V·u·Σ|terms| ≈ 2e-5.
+    const double tol = dt == at::kDouble ? 1e-12 : 2e-5;
     const problem p = make_problem(dt);
     const full_call whole = run(p, p.w, p.b, c10::intrusive_ptr<c10d::ProcessGroup>());
     const auto starts = block_starts(p.w.size(0), world);
@@ -96,32 +96,9 @@ class VocabParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(VocabParallel, EqualsTheUnshardedCall) {
   const int world = GetParam();
-  char dir[] = "/tmp/reco_linear_XXXXXX";
-  const std::string path = std::string(mkdtemp(dir)) + "/store";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      alarm(120);
-      int code = 1;
-      try {
-        code = run_rank(r, world, path);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 2;
-      }
-      std::fflush(stderr);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
-  }
-  std::remove(path.c_str());
-  rmdir(dir);
+  const std::vector<int> codes =
+      torch_test::spawn(world, 120, [world](int rank, const std::string& path) { return run_rank(rank, world, path); });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, VocabParallel, ::testing::Values(1, 2, 3, 4));

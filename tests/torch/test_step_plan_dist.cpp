@@ -22,6 +22,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include "forked_ranks.hpp"
 #include "reco/torch/gloo_group.hpp"
 
 #include "reco/torch/detail/plan_token_passes.hpp"
@@ -31,6 +32,7 @@
 namespace {
 
 using reco::index_t;
+using torch_test::spawn;
 
 // A packed step in float64 with prompt ids; groups of 1..5, lengths 0..8, masked holes, entropies
 // on a grid of 0.25 (ties at the 80/20 cut).
@@ -176,44 +178,6 @@ int run_rank(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank, int 
     }
   }
   return failures;
-}
-
-// Forks `world` processes running body(rank, group_path); each is killed by alarm after
-// `seconds`; returns the exit codes (128 + signal for a killed one).
-template <class Body>
-std::vector<int> spawn(int world, int seconds, Body body) {
-  char dir[] = "/tmp/reco_plan_XXXXXX";
-  const std::string path = std::string(mkdtemp(dir)) + "/store";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      alarm(static_cast<unsigned>(seconds));
-      // One intra-op thread per rank: an OpenMP thread team the parent already started does not
-      // survive fork, and the LibTorch of a PyTorch 2.x wheel then hangs in the child's first
-      // parallel region (the ranks share the machine's cores anyway).
-      at::set_num_threads(1);
-      int code = 1;
-      try {
-        code = body(r, path);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 2;
-      }
-      std::fflush(stderr);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  std::remove(path.c_str());
-  rmdir(std::string(dir).c_str());
-  return codes;
 }
 
 class Distributed : public ::testing::TestWithParam<std::tuple<int, int>> {};
