@@ -16,7 +16,8 @@ from typing import Optional, Tuple
 
 import torch
 
-_ops = torch.ops.reco
+from ._errors import ops as _ops
+
 Tensor = torch.Tensor
 
 __all__ = ["LinearLogpEntropy", "linear_logp_entropy"]
