@@ -5,7 +5,9 @@ set -euo pipefail
 
 wanted=("$@")
 if [ ${#wanted[@]} -eq 0 ]; then
-  wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev libtorch-dev python3-torch
+  # LibTorch comes from the PyPI torch wheel of scripts/test.sh's environment (the study's
+  # scripts/reproduce.sh installs Debian's libtorch-dev itself).
+  wanted=(cmake g++ make ninja-build ccache libgloo-dev libgtest-dev libbenchmark-dev
           python3-venv python3-pip
           # reco::blas, the GEMMs of linear_logp_entropy: OpenBLAS, its OpenMP build (LibTorch's libgomp)
           libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev)

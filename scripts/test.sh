@@ -18,9 +18,10 @@
 # check only: sm_90 PTX (compute_90, no PTX-to-SASS assembler), host code at -O0 and nvcc's
 # fastest device code generation (RECO_CUDA_COMPILE_CHECK_ONLY). With a GPU, or RECO_CUDA_ARCHS
 # set, the full optimised sm_90 build. The benchmarks are built, not run: -O0
-# (RECO_BENCHMARKS_COMPILE_CHECK_ONLY). The C++ test units and the LibTorch adapter are compiled
-# at -Og (RECO_TESTS_OPTIMIZATION, RECO_ADAPTER_OPTIMIZATION; the ablation program at -O3), and
-# the Python package's build, with the same flags, reuses the main build's units through ccache.
+# (RECO_BENCHMARKS_COMPILE_CHECK_ONLY). The C++ test units are compiled at -Og
+# (RECO_TESTS_OPTIMIZATION; the strategy-tree program at -O3), the LibTorch adapter at -Og for this
+# CPU (RECO_ADAPTER_OPTIMIZATION), and the Python package's build, with the same flags, reuses the
+# main build's units through ccache.
 #
 # Environment: RECO_JOBS (parallel jobs, default nproc), RECO_SKIP_PYTHON_PACKAGE=1 to skip step 2,
 # RECO_VENV (step 0's environment), RECO_FRESH_VENV=1 to make it anew,
@@ -117,13 +118,17 @@ if [ "$(uname -m)" = x86_64 ] && ! grep -qw avx512f /proc/cpuinfo 2>/dev/null; t
   export CXXFLAGS="${CXXFLAGS:-} -DRECO_NO_SIMD_AVX512"
 fi
 
+# The LibTorch adapter (and the wheel's, which reuses its units) at -Og for this CPU: one SIMD width,
+# the one that runs here, instead of every dispatched variant (the core tests run each variant).
+adapter_flags="-Og;-march=native"
+
 echo "== [1/3] main build (CUDA: $cuda_flag ${cuda_arch[*]} check-only: $cuda_check_only, LibTorch adapter: ON (the wheel's), generator: ${generator[*]:-default}) =="
 # The LibTorch of the environment's torch wheel; RECO_TORCH_CUDA_CUSTOM_TEST=OFF: nvcc 13.0.88's
 # cicc crashes on that one test unit against LibTorch 2.x's headers (docs/cuda.md).
 cmake -S . -B "$build" "${generator[@]}" "${launchers[@]}" "${cuda_arch[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DRECO_TORCH_PYTHON="$venv/bin/python" -DRECO_TORCH_CUDA_CUSTOM_TEST=OFF \
   -DRECO_ENABLE_CUDA=$cuda_flag -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only -DRECO_ENABLE_TORCH=ON \
-  -DRECO_BUILD_TESTS=ON -DRECO_TESTS_OPTIMIZATION=-Og -DRECO_ADAPTER_OPTIMIZATION=-Og -DRECO_BUILD_BENCHMARKS=ON \
+  -DRECO_BUILD_TESTS=ON -DRECO_TESTS_OPTIMIZATION=-Og -DRECO_ADAPTER_OPTIMIZATION="$adapter_flags" -DRECO_BUILD_BENCHMARKS=ON \
   -DRECO_BENCHMARKS_COMPILE_CHECK_ONLY=ON -DRECO_BUILD_EXAMPLES=ON
 end_stage "main: configure"
 cmake --build "$build" -j "$jobs" "${keep_going[@]}"
@@ -141,7 +146,7 @@ if [ "${RECO_SKIP_PYTHON_PACKAGE:-0}" != "1" ]; then
   wheel_build="${build%/}-wheel"
   rm -rf "$wheel_build"
   cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
-  wheel_args="${launchers[*]} -DCMAKE_CXX_COMPILER=$cxx -DRECO_ADAPTER_OPTIMIZATION=-Og"
+  wheel_args="${launchers[*]} -DCMAKE_CXX_COMPILER=$cxx -DRECO_ADAPTER_OPTIMIZATION=$adapter_flags"
   expect_cuda=0
   if [ "$cuda_flag" = ON ]; then
     wheel_args="$wheel_args ${cuda_arch[*]} -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only"

@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "reco/torch/linear_logp_entropy.hpp"
 #include "reco/torch/policy_loss.hpp"
