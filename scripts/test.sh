@@ -18,7 +18,8 @@
 # check only: sm_90 PTX (compute_90, no PTX-to-SASS assembler), host code at -O0 and nvcc's
 # fastest device code generation (RECO_CUDA_COMPILE_CHECK_ONLY). With a GPU, or RECO_CUDA_ARCHS
 # set, the full optimised sm_90 build. The benchmarks are built, not run: -O0
-# (RECO_BENCHMARKS_COMPILE_CHECK_ONLY). The C++ test units are compiled at -Og
+# (RECO_BENCHMARKS_COMPILE_CHECK_ONLY); without a GPU only those that run on the CPU
+# (RECO_BUILD_GPU_BENCHMARKS=OFF; tests/cuda/build_for_gpu.sh builds the others for a device). The C++ test units are compiled at -Og
 # (RECO_TESTS_OPTIMIZATION; the strategy-tree program at -O3), the LibTorch adapter at -Og for this
 # CPU (RECO_ADAPTER_OPTIMIZATION), and the Python package's build, with the same flags, reuses the
 # main build's units through ccache.
@@ -101,12 +102,13 @@ fi
 cuda_flag=OFF
 cuda_arch=()
 cuda_check_only=OFF
+gpu_benchmarks=ON
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_flag=ON
   export PATH="$PATH:/usr/local/cuda/bin"
   archs=${RECO_CUDA_ARCHS:-}
   if [ -z "$archs" ]; then
-    if nvidia-smi -L >/dev/null 2>&1; then archs=90; else archs=90-virtual; cuda_check_only=ON; fi
+    if nvidia-smi -L >/dev/null 2>&1; then archs=90; else archs=90-virtual; cuda_check_only=ON; gpu_benchmarks=OFF; fi
   fi
   cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
 fi
@@ -129,7 +131,7 @@ cmake -S . -B "$build" "${generator[@]}" "${launchers[@]}" "${cuda_arch[@]}" -DC
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DRECO_TORCH_PYTHON="$venv/bin/python" -DRECO_TORCH_CUDA_CUSTOM_TEST=OFF \
   -DRECO_ENABLE_CUDA=$cuda_flag -DRECO_CUDA_COMPILE_CHECK_ONLY=$cuda_check_only -DRECO_ENABLE_TORCH=ON \
   -DRECO_BUILD_TESTS=ON -DRECO_TESTS_OPTIMIZATION=-Og -DRECO_ADAPTER_OPTIMIZATION="$adapter_flags" -DRECO_BUILD_BENCHMARKS=ON \
-  -DRECO_BENCHMARKS_COMPILE_CHECK_ONLY=ON -DRECO_BUILD_EXAMPLES=ON
+  -DRECO_BENCHMARKS_COMPILE_CHECK_ONLY=ON -DRECO_BUILD_GPU_BENCHMARKS=$gpu_benchmarks -DRECO_BUILD_EXAMPLES=ON
 end_stage "main: configure"
 cmake --build "$build" -j "$jobs" "${keep_going[@]}"
 end_stage "main: build"
