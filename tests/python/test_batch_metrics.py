@@ -8,30 +8,18 @@ Against a build's op library (ctest reco_python_batch_metrics_py): the package s
 checkout are staged in a temporary folder beside a link to that library:
     python tests/python/test_batch_metrics.py build/adapters/torch/libreco_torch_ops.so
 """
-import atexit
 import math
-import os
 import random
-import shutil
 import sys
-import tempfile
 import unittest
 from collections import Counter
 from fractions import Fraction
 
 import torch
 
-if len(sys.argv) > 1 and sys.argv[1].endswith(".so"):
-    _stage = tempfile.mkdtemp(prefix="reco-package-")
-    atexit.register(shutil.rmtree, _stage, True)
-    _src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "reco")
-    os.makedirs(os.path.join(_stage, "reco"))
-    for _f in os.listdir(_src):
-        if _f.endswith(".py"):
-            os.symlink(os.path.abspath(os.path.join(_src, _f)), os.path.join(_stage, "reco", _f))
-    os.symlink(os.path.abspath(sys.argv[1]), os.path.join(_stage, "reco", "libreco_torch_ops.so"))
-    sys.path.insert(0, _stage)
-    sys.argv = sys.argv[:1] + sys.argv[2:]
+from staged_package import stage_package  # noqa: E402
+
+sys.argv = stage_package(sys.argv)
 
 import reco  # noqa: E402
 

@@ -5,26 +5,16 @@ a mask, a transposed weight, and argument errors.
 Usage: python3 test_linear_ops.py <path to libreco_torch_ops.so>   (ctest passes it): the package
 sources of this checkout are staged in a temporary folder beside a link to that library.
 """
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 import torch
 
-if len(sys.argv) > 1 and sys.argv[1].endswith(".so"):
-    _stage = tempfile.mkdtemp(prefix="reco-linear-")
-    atexit.register(shutil.rmtree, _stage, True)
-    _src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "reco")
-    os.makedirs(os.path.join(_stage, "reco"))
-    for _f in os.listdir(_src):
-        if _f.endswith(".py"):
-            os.symlink(os.path.abspath(os.path.join(_src, _f)), os.path.join(_stage, "reco", _f))
-    os.symlink(os.path.abspath(sys.argv[1]), os.path.join(_stage, "reco", "libreco_torch_ops.so"))
-    sys.path.insert(0, _stage)
-    sys.argv = sys.argv[:1] + sys.argv[2:]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from staged_package import stage_package  # noqa: E402
+
+sys.argv = stage_package(sys.argv)
 
 import reco  # noqa: E402
 
