@@ -4,7 +4,7 @@
 # <out>/tree/), then GRPO-family objectives x base policies x seeds on the built-in Countdown task
 # (<out>/). Report, CSV files and plots go to results/ (or --out DIR).
 #
-#   scripts/reproduce.sh                  # both default studies (CPU, about 17 minutes on 2 cores)
+#   scripts/reproduce.sh                  # both default studies (CPU, about 20 minutes on 2 cores)
 #   scripts/reproduce.sh --full           # the powered studies (tree: 128 seeds; Countdown: every configuration, 8 base policies)
 #   scripts/reproduce.sh --device cuda    # Countdown on the GPU: --full unless --default (CUDA LibTorch, see below)
 #   scripts/reproduce.sh --tree-only | --countdown-only
