@@ -86,6 +86,20 @@ void set_counters(benchmark::State& state, const problem& p, double peak_mb) {
   state.counters["GEMM_GFLOP"] = 3 * 2.0 * static_cast<double>(p.N) * static_cast<double>(p.V) * static_cast<double>(p.H) / 1e9;
 }
 
+// Runs body() once per iteration, then sets the counters with the peak extra memory of the last
+// iteration (plus held_mb, a buffer the variant holds throughout).
+template <class Body>
+void measure(benchmark::State& state, const problem& p, Body body, double held_mb = 0) {
+  peak_meter meter;
+  double peak = 0;
+  for (auto _ : state) {
+    meter.reset();
+    body();
+    peak = meter.extra_mb() + held_mb;
+  }
+  set_counters(state, p, peak);
+}
+
 // The three GEMMs of a materialising forward + backward, alone (dX is the logits' buffer).
 void BM_gemms_alone(benchmark::State& state) {
   problem p(state.range(0), state.range(1), state.range(2));
@@ -94,17 +108,12 @@ void BM_gemms_alone(benchmark::State& state) {
   const float* h = p.h.data_ptr<float>();
   const float* w = p.w.data_ptr<float>();
   const int N = static_cast<int>(p.N), H = static_cast<int>(p.H), V = static_cast<int>(p.V);
-  peak_meter meter;
-  double peak = 0;
-  for (auto _ : state) {
-    meter.reset();
+  measure(state, p, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, H, 1.0f, h, H, w, H, 0.0f, x.data(), V);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, H, V, 1.0f, x.data(), V, w, H, 0.0f, p.dh.data(), H);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, H, N, 1.0f, x.data(), V, h, H, 0.0f, p.dw.data(), H);
     benchmark::DoNotOptimize(p.dw.data());
-    peak = meter.extra_mb() + static_cast<double>(x.size()) * 4 / 1048576.0;  // the logits buffer, held throughout
-  }
-  set_counters(state, p, peak);
+  }, static_cast<double>(x.size()) * 4 / 1048576.0);  // the logits buffer, held throughout
 }
 
 void BM_reco_fwd_bwd(benchmark::State& state) {
@@ -112,10 +121,7 @@ void BM_reco_fwd_bwd(benchmark::State& state) {
   set_threads(static_cast<int>(state.range(3)));
   rl::linear_options o;
   o.temperature = 0.7;
-  peak_meter meter;
-  double peak = 0;
-  for (auto _ : state) {
-    meter.reset();
+  measure(state, p, [&] {
     rl::linear_forward(rl::cblas_gemm{}, p.operands(), o,
                        rl::linear_outputs<float>{p.logp.data(), p.entropy.data(), p.lse.data()});
     rl::linear_gradients<float> g;
@@ -124,9 +130,7 @@ void BM_reco_fwd_bwd(benchmark::State& state) {
     g.dhidden = p.dh.data(), g.dweight = p.dw.data();
     rl::linear_backward(rl::cblas_gemm{}, p.operands(), o, g);
     benchmark::DoNotOptimize(p.dw.data());
-    peak = meter.extra_mb();
-  }
-  set_counters(state, p, peak);
+  });
 }
 
 // Token-local GRPO: loss = -Σ A_r min(ρ_r, clip(ρ_r)) / N with ρ = e^{logp - old}, on-policy
@@ -139,10 +143,7 @@ void BM_reco_fused(benchmark::State& state) {
   std::vector<float> adv(static_cast<std::size_t>(p.N));
   for (index_t r = 0; r < p.N; ++r) adv[r] = (r % 3) - 1.0f;
   const float inv_n = 1.0f / static_cast<float>(p.N);
-  peak_meter meter;
-  double peak = 0;
-  for (auto _ : state) {
-    meter.reset();
+  measure(state, p, [&] {
     rl::linear_gradients<float> g;
     g.dhidden = p.dh.data(), g.dweight = p.dw.data();
     rl::linear_fused(rl::cblas_gemm{}, p.operands(), o, rl::linear_outputs<float>{p.logp.data(), p.entropy.data()}, g,
@@ -154,9 +155,7 @@ void BM_reco_fused(benchmark::State& state) {
                        }
                      });
     benchmark::DoNotOptimize(p.dw.data());
-    peak = meter.extra_mb();
-  }
-  set_counters(state, p, peak);
+  });
 }
 
 // reco::linear_policy_loss with preset P: R = N / 512 responses in groups of 4, rewards 0/1,
@@ -184,37 +183,27 @@ void BM_reco_policy_loss(benchmark::State& state) {
   b.ref_logp = old;
   b.rewards = rewards;
   reco::workspace<reco::cpu> ws;
-  peak_meter meter;
-  double peak = 0;
-  for (auto _ : state) {
-    meter.reset();
+  measure(state, p, [&] {
     rl::linear_gradients<float> g;
     g.dhidden = p.dh.data(), g.dweight = p.dw.data();
     const reco::objective_result r = reco::linear_policy_loss(obj, reco::cpu{}, rl::cblas_gemm{}, p.operands(), o, b, g, ws);
     benchmark::DoNotOptimize(r.loss);
     benchmark::DoNotOptimize(p.dw.data());
-    peak = meter.extra_mb();
-  }
-  set_counters(state, p, peak);
+  });
 }
 
 void BM_torch_eager(benchmark::State& state) {
   problem p(state.range(0), state.range(1), state.range(2));
   set_threads(static_cast<int>(state.range(3)));
   const at::Tensor g_logp = at::full({p.N}, 1.0f / p.N), g_entropy = at::full({p.N}, -0.01f / p.N);
-  peak_meter meter;
-  double peak = 0;
-  for (auto _ : state) {
-    meter.reset();
+  measure(state, p, [&] {
     at::Tensor h = p.h.detach().requires_grad_(true), w = p.w.detach().requires_grad_(true);
     const at::Tensor lp = at::log_softmax(at::matmul(h, w.t()) / 0.7, -1);
     const at::Tensor logp = lp.gather(-1, p.tokens.unsqueeze(-1)).squeeze(-1);
     const at::Tensor entropy = -(lp.exp() * lp).sum(-1);
     ((logp * g_logp).sum() + (entropy * g_entropy).sum()).backward();
     benchmark::DoNotOptimize(w.grad().data_ptr());
-    peak = meter.extra_mb();
-  }
-  set_counters(state, p, peak);
+  });
 }
 
 // N, H, V, threads. The subset that runs in reasonable time on a 2-core machine (docs/benchmarks.md).
