@@ -306,6 +306,57 @@ TEST(StepPlanFaults, EveryInputErrorIsCarried) {
   }
 }
 
+// A part its rank cannot summarise sends reco::refusal_summary: the same size as the others',
+// summed with them it fails every part in finish_plan naming the argument (micro_batches when the
+// refusing parts name different ones, or one the table does not hold); its counters are checked
+// like the header's others, and an altered code fails the checksum (then the responses the
+// refusing part never claimed are the error).
+TEST(StepPlanFaults, RefusedPartsFailEveryPartNamingTheArgument) {
+  const master_batch m = reco_test::make_batch(32, reco_test::batch_spec{});
+  const index_t cut = m.R / 2;
+  const reco::step_info step{9, m.R, 1.0, 0};
+  auto run = [&](const auto& obj, const std::vector<std::string>& refused) {
+    const reco_test::split_step<double> sp(m, {cut}, step);
+    reco::step_summary total;
+    for (std::size_t p = 0; p < sp.parts.size(); ++p) {
+      reco::step_summary own = refused[p].empty() ? reco::summarize(obj, sp.views[p], sp.parts[p])
+                                                  : reco::refusal_summary(obj, sp.step, refused[p]);
+      EXPECT_EQ(own.size(), reco::summarize(obj, sp.views[p], sp.parts[p]).size());
+      total += own;
+    }
+    return total;
+  };
+  auto refusal_of = [&](const auto& obj, const reco::step_summary& total) {
+    try {
+      reco::finish_plan(obj, step, total);
+    } catch (const reco::error& e) {
+      return e.argument() + " | " + e.what();
+    }
+    return std::string("no error");
+  };
+  const reco::presets::grpo grpo;
+  const reco::presets::rule_80_20 cut_rule;  // a summary with its first histogram
+  EXPECT_EQ(refusal_of(grpo, run(grpo, {"", "batch.rewards"})).substr(0, 9), "rewards |");
+  EXPECT_NE(refusal_of(grpo, run(grpo, {"", "rewards"})).find("failed its checks on 1 of 2 parts"), std::string::npos);
+  EXPECT_EQ(refusal_of(cut_rule, run(cut_rule, {"entropy", ""})).substr(0, 9), "entropy |");
+  EXPECT_EQ(refusal_of(grpo, run(grpo, {"mask", "mask"})).substr(0, 6), "mask |");
+  EXPECT_NE(refusal_of(grpo, run(grpo, {"mask", "mask"})).find("on 2 of 2 parts"), std::string::npos);
+  EXPECT_EQ(refusal_of(grpo, run(grpo, {"logp", "mask"})).substr(0, 15), "micro_batches |");
+  EXPECT_EQ(refusal_of(grpo, run(grpo, {"", "not_an_input"})).substr(0, 15), "micro_batches |");
+  {  // the code altered in flight: the checksum fails, and the responses the refusing part
+     // never claimed make the parts' layout the error
+    reco::step_summary t = run(grpo, {"", "rewards"});
+    t.values[reco::detail::plan_h_refused] += 1;
+    EXPECT_EQ(refusal_of(grpo, t).substr(0, 6), "plan |");
+  }
+  {  // a code beyond the table, sealed again: the header's check
+    reco::step_summary t = run(grpo, {"", "rewards"});
+    t.values[reco::detail::plan_h_refused] = 1e6;
+    reco::detail::seal(t);
+    EXPECT_NE(refusal_of(grpo, t).find("header.refused"), std::string::npos);
+  }
+}
+
 // ---- bounds ----------------------------------------------------------------------------------
 
 template <class F>

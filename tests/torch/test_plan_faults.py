@@ -1,9 +1,10 @@
 """Split steps from Python that fail safely: torch.distributed (gloo, 2 processes, file
 rendezvous) with torch.ops.reco.plan_summary / planned_policy_loss in the loop of
 docs/distributed.md. A bad value in each kind of input on one rank, a rank whose copy of the sums
-is altered after the all-reduce, and ranks with different step ids: every rank raises the same
-error (the same argument and message) from the same call, and none waits for the group's
-timeout. Runs on Debian's torch 1.13 and PyPI's torch 2.x alike (only torch.distributed's basic
+is altered after the all-reduce, ranks with different step ids, and inputs one rank cannot
+summarise (a shape, a missing input, a dtype): every rank raises the same error (the same argument
+and message; the refusing rank adds its own error) from the same call, and none waits for the
+group's timeout. Runs on Debian's torch 1.13 and PyPI's torch 2.x alike (only torch.distributed's basic
 API).
 
 Usage: python3 test_plan_faults.py <path to libreco_torch_ops.so>
@@ -92,6 +93,37 @@ def rank_main(rank, path, result_dir):
         except (RuntimeError, ValueError) as e:  # reco::error arrives as either
             lines.append(f"{argument}: {e}".split("\n")[0])
         lines.append(f"seconds {time.time() - start:.2f}")
+    # Inputs rank 1 cannot summarise at all (a shape, a missing input, a dtype): its plan_summary
+    # sends a refusal of the step's size instead of raising before the all-reduce; every rank
+    # raises it from the sums, and rank 1 adds its own error.
+    def drop_last(key):
+        def spoil(t):
+            t[key] = t[key][:-1]
+        return spoil
+
+    def missing(key):
+        def spoil(t):
+            del t[key]
+        return spoil
+
+    def as_float(key):
+        def spoil(t):
+            t[key] = t[key].float()
+        return spoil
+
+    refusals = [("grpo", "rewards", drop_last("rewards")), ("rule_80_20", "entropy", missing("entropy")),
+                ("reco", "offsets", as_float("offsets")), ("kl_cov", "mask", drop_last("mask"))]
+    for step, (preset, argument, spoil) in enumerate(refusals):
+        t, first, group = half(s, rank)
+        if rank == 1:
+            spoil(t)
+        start = time.time()
+        try:
+            plan_and_loss(reco, preset, t, [20 + step, s["R"], first, group])
+            lines.append(f"refused {argument}: no error")
+        except (RuntimeError, ValueError) as e:  # reco::error arrives as either
+            lines.append(f"refused {argument}: {e}".split("\n")[0])
+        lines.append(f"seconds {time.time() - start:.2f}")
     # The sums altered after the all-reduce on rank 1 (grpo: its only stage before the confirmation).
     t, first, group = half(s, rank)
 
@@ -129,11 +161,17 @@ def main():
             continue
         if "no error" in line:
             bad.append(line)
-        for r in range(1, WORLD):
-            if ranks[r][k] != line:
-                bad.append(f"rank 0 raised {line!r}, rank {r} {ranks[r][k]!r}")
         case = line.split(":")[0]
-        want = {"altered": "summaries", "step ids": "plan"}.get(case, case)
+        for r in range(1, WORLD):
+            other = ranks[r][k]
+            if case.startswith("refused "):  # rank 1 appends its own error to the common one
+                own = other.find("; on this rank: ")
+                if own < 0:
+                    bad.append(f"{case}: rank {r} did not add its own error: {other!r}")
+                other = other[:max(own, 0)]
+            if other != line:
+                bad.append(f"rank 0 raised {line!r}, rank {r} {ranks[r][k]!r}")
+        want = {"altered": "summaries", "step ids": "plan"}.get(case, case.replace("refused ", ""))
         if f"reco: {want}:" not in line:
             bad.append(f"{case}: expected an error naming {want}: {line}")
     if worst > 10:

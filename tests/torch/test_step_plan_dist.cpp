@@ -755,6 +755,31 @@ TEST(StepPlanFaults, BadValueOnOneRankFailsEveryRankAlike) {
               faults.size(), worst);
 }
 
+// With a given layout there is no exchange to carry an error: a micro-batch one rank cannot
+// convert (a rewards tensor of the wrong shape) becomes a refusal of the step's summary size, and
+// every rank raises it from the summaries' all-reduce, naming the input; that rank adds its own.
+TEST(StepPlanFaults, RefusedMicroBatchWithAGivenLayoutFailsEveryRank) {
+  const step_data s = make_step(44);
+  double seconds = 0;
+  const auto errors = errors_on_ranks(2, 10000, [&](const auto& group, int rank) {
+    auto mbs = half_step(s, rank);
+    const index_t a = rank == 0 ? 0 : s.R / 2;
+    std::int64_t first_group = 0;  // the step's id of response a's group
+    for (index_t i = 1; i <= a; ++i)
+      first_group += s.prompt_ids[static_cast<std::size_t>(i)] != s.prompt_ids[static_cast<std::size_t>(i - 1)];
+    reco::torch::step_options opt;
+    opt.step = 7;
+    opt.layout = reco::torch::step_layout{s.R, a, first_group};
+    if (rank == 1) mbs[0].rewards = mbs[0].rewards.narrow(0, 0, 1);
+    reco::torch::build_step_plan(group, "grpo", mbs, {}, opt);
+  }, &seconds);
+  EXPECT_EQ(errors[0].substr(0, errors[0].find(" | ")), "rewards") << errors[0];
+  EXPECT_NE(errors[0].find("failed its checks on 1 of 2 parts"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1].substr(0, errors[0].size()), errors[0]) << "rank 1: " << errors[1];
+  EXPECT_NE(errors[1].find("; on this rank: rewards: "), std::string::npos) << errors[1];
+  EXPECT_LT(seconds, 8.0) << "a rank waited for the timeout";
+}
+
 // A rank that dies between stages (after the summaries' all-reduce): the other gets an error
 // naming the process group and the stage the plan was in, within the group's timeout.
 TEST(StepPlanFaults, RankThatDiesBetweenStages) {

@@ -187,6 +187,13 @@ struct rank_error {
     std::memcpy(text, packed.data(), std::min(packed.size(), sizeof text - 1));
     std::memcpy(slots, text, sizeof text);
   }
+  // The refusal every rank raises from the summed summaries (`summed`), with this rank's own error
+  // after it: the same argument and words on every rank, the details where they arose.
+  [[noreturn]] void rethrow_with(const reco::error& summed) const {
+    const std::string what = summed.what(), prefix = "reco: " + summed.argument() + ": ";
+    const std::string words = what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
+    throw reco::error(summed.argument(), words + "; on this rank: " + argument + ": " + message);
+  }
   static rank_error read(const std::int64_t* slots) {
     char text[error_slots * 8 + 1] = {};
     std::memcpy(text, slots, error_slots * 8);
@@ -394,17 +401,8 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     // This rank's part of the all-reduce: a summary of the step's size holding only its failure.
     // With no ops (an early error) and a given layout, the size is unknown: this rank leaves, and
     // the others fail naming the process group after its timeout.
-    if (!ops.summary_size) throw reco::error(mine_error.argument, mine_error.message);
-    reco::step_summary failed;
-    failed.values.assign(ops.summary_size(step.responses), 0.0);
-    failed.values[reco::detail::plan_h_parts] = 1;
-    failed.values[reco::detail::plan_h_width] = 8;
-    for (int k = 0; k < reco::detail::plan_status_bits; ++k)
-      if (reco::bad_part_input & (1u << k)) failed.values[reco::detail::plan_h_status + k] = 1;
-    // The layout the others' summaries have: a histogram (added) or none after the header.
-    const std::size_t block = failed.size() - reco::detail::plan_header -
-                              reco::detail::plan_fields * static_cast<std::size_t>(step.responses);
-    reco::detail::seal(failed, reco::detail::plan_header + (block == reco::detail::plan_histogram ? block : 0), 0);
+    if (!ops.refusal) throw reco::error(mine_error.argument, mine_error.message);
+    reco::step_summary failed = ops.refusal(step, mine_error.argument);
     total_summary = std::move(failed);
   } else {
     // Each micro-batch's place in the step, and the summaries' place.
@@ -422,7 +420,12 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
                  device);
   if (options.hooks.after_sum) options.hooks.after_sum(0, total_summary.values);
   if (summaries_failed && !group) throw reco::error(mine_error.argument, mine_error.message);
-  out.plan = ops.finish(step, total_summary);
+  try {
+    out.plan = ops.finish(step, total_summary);
+  } catch (const reco::error& e) {
+    if (summaries_failed) mine_error.rethrow_with(e);
+    throw;
+  }
   // The summed summaries go back to this thread's pool set to zero (their histograms' reached
   // digits only), so that the next plan's summaries need no fill.
   reco::detail::recycle_taken(std::move(total_summary), out.plan.summary_histograms());
@@ -504,6 +507,36 @@ reco::step_plan plan_from_summaries(const plan_ops& ops, const reco::step_info& 
 
 }  // namespace detail
 
+namespace {
+// The stateless ops' refusal on this thread (plan_summary at stage 0): its own error, raised after
+// the summed refusal when this thread takes that step's summaries.
+struct refusal_record {
+  bool kept = false;
+  std::uint64_t step = 0, config = 0;
+  detail::rank_error own;
+  void keep(const reco::step_info& st, const reco::error& e) {
+    kept = true;
+    step = st.id;
+    config = st.config;
+    own.record(e);
+  }
+};
+refusal_record& refused_here() {
+  thread_local refusal_record r;
+  return r;
+}
+reco::step_plan plan_from_summaries_here(const detail::plan_ops& ops, const reco::step_info& step,
+                                         const std::vector<at::Tensor>& summed) {
+  try {
+    return detail::plan_from_summaries(ops, step, summed);
+  } catch (const reco::error& e) {
+    const refusal_record& r = refused_here();
+    if (r.kept && r.step == step.id && r.config == step.config) r.own.rethrow_with(e);
+    throw;
+  }
+}
+}  // namespace
+
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed,
                         plan_passes passes) {
@@ -516,13 +549,26 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
   const detail::plan_ops ops = detail::plan_ops_on(preset, overrides, given, device.is_cuda());
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
-  const plan_input q = plan_input_of(in, ops, needs, device, passes);
   reco::step_summary s;
   if (summed.empty()) {
-    s = ops.summarize(q.request(), part, q.tokens(), nullptr, reco::window_sampling{});
+    // What this part's rank finds wrong with its inputs is not thrown here, before the caller's
+    // all-reduce: the part sends its refusal instead, and every rank raises it from the sums.
+    refused_here() = refusal_record{};
+    try {
+      const plan_input q = plan_input_of(in, ops, needs, device, passes);
+      s = ops.summarize(q.request(), part, q.tokens(), nullptr, reco::window_sampling{});
+    } catch (const reco::error& e) {
+      refused_here().keep(part.step, e);
+      s = ops.refusal(part.step, e.argument());
+    } catch (const c10::Error& e) {
+      const reco::error named("micro_batches", std::string("could not be converted: ") + e.what_without_backtrace());
+      refused_here().keep(part.step, named);
+      s = ops.refusal(part.step, named.argument());
+    }
   } else {
-    const reco::step_plan plan = detail::plan_from_summaries(ops, part.step, summed);
+    const reco::step_plan plan = plan_from_summaries_here(ops, part.step, summed);
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
+    const plan_input q = plan_input_of(in, ops, needs, device, passes);
     s = ops.round(plan, q.request(), part, nullptr, q.tokens());  // stateless: the round reads the data
   }
   return detail::float64_tensor_on(s.values, device);
@@ -536,7 +582,7 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
   planned_step plan;
   const bool given = in.gives_advantages();
   const bool cuda = in.logp.defined() && in.logp.is_cuda();
-  plan.plan = detail::plan_from_summaries(detail::plan_ops_on(preset, overrides, given, cuda), part.step, summed);
+  plan.plan = plan_from_summaries_here(detail::plan_ops_on(preset, overrides, given, cuda), part.step, summed);
   plan.parts = {part};
   return policy_loss(preset, in, overrides, plan, 0);
 }

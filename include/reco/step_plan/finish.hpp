@@ -105,6 +105,7 @@ step_plan finish_plan(const Obj& obj_in, const step_info& step, const step_summa
   // The parts' input errors before their agreement: a part that failed on its rank sends a summary
   // of nothing but its error.
   check_header_counts(total);
+  throw_if_refused(total);
   std::uint32_t bits = 0;
   for (int k = 0; k < plan_status_bits; ++k)
     if (total.values[plan_h_status + k] > 0) bits |= 1u << k;

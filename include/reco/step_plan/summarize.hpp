@@ -126,6 +126,28 @@ void check_part_inputs(const Obj& obj, const batch_view<T>& batch, const step_pa
   detail::check_part(part, batch.layout.responses, batch.group_offsets.size() - 1);
 }
 
+// The stage-0 summary of a part its rank cannot summarise (its inputs failed a check that is no
+// value's flag: a shape, a missing input, a conversion): its refusal alone, at the size of the
+// step's summaries, so that the rank still joins the all-reduce and every rank raises the same
+// error from the sums (finish_plan), naming `argument` where refusal_arguments holds it.
+template <class Obj>
+step_summary refusal_summary(const Obj& obj, const step_info& step, const std::string& argument) {
+  using namespace detail;
+  check_step(step, "part.step");
+  const std::size_t block = stage0_block(obj, step.responses);
+  step_summary s;
+  s.values = summary_storage(plan_header + block + plan_fields * static_cast<std::size_t>(step.responses));
+  s.values[plan_h_parts] = 1;
+  s.values[plan_h_width] = 8;
+  for (int k = 0; k < plan_status_bits; ++k)
+    if (bad_part_input & (1u << k)) s.values[plan_h_status + k] = 1;
+  const double code = refusal_code(argument);
+  s.values[plan_h_refused] = code;
+  s.values[plan_h_refused + 1] = code * code;
+  seal(s, plan_header + (summary_has_histogram(obj) ? plan_histogram : 0), 0);
+  return s;
+}
+
 namespace detail {
 template <class Obj, class T>
 step_summary summarize_part(const Obj& obj, const batch_view<T>& batch, const step_part& part,

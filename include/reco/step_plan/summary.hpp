@@ -73,9 +73,25 @@ enum : std::size_t {
   plan_h_window_ids = 44,  // ... and the ids of those windows (a part_rounds' window)
   plan_h_check = 45,       // a checksum of every other value (summary_check.hpp) in 3 chunks of 21 bits
   plan_h_layout = 48,      // per part: where the positions several parts add end, and how many trail
-  plan_header = 50,
+  plan_h_refused = 50,     // per refusing part: the code of the argument it refused (refusal_code), and its square
+  plan_header = 52,
 };
 inline constexpr int plan_status_bits = 24;
+
+// The inputs a part's refusal names in its summary (plan_h_refused holds the index + 1; 0: none
+// of these, read as `micro_batches`), as the LibTorch adapter and the core name them without
+// their "batch." prefix. Append only: the codes are part of the summaries' layout.
+inline constexpr const char* refusal_arguments[] = {
+    "logp", "old_logp", "ref_logp", "entropy", "mask", "offsets", "rewards", "advantages", "token_advantages",
+    "group_offsets", "prompt_ids", "token_weights", "response_weights", "rollout_logp", "group_size",
+    "layout.offsets", "layout.responses", "layout.max_length", "part.first_response", "part.first_group"};
+inline constexpr std::size_t refusal_argument_count = sizeof(refusal_arguments) / sizeof(refusal_arguments[0]);
+inline double refusal_code(const std::string& argument) {
+  const std::string bare = argument.compare(0, 6, "batch.") == 0 ? argument.substr(6) : argument;
+  for (std::size_t k = 0; k < refusal_argument_count; ++k)
+    if (bare == refusal_arguments[k]) return static_cast<double>(k + 1);
+  return 0;
+}
 // Per-response fields of the first stage.
 enum : std::size_t {
   plan_f_claimed = 0,

@@ -150,12 +150,40 @@ inline void check_header_counts(const step_summary& s) {
       refuse_summary("header.errors", "counter " + std::to_string(k) + " is " + std::to_string(c) +
                                           " (a count of parts in [0, " + std::to_string(parts) + "])");
   }
+  const double refused = s.values[plan_h_refused], refused_sq = s.values[plan_h_refused + 1];
+  const auto codes = static_cast<double>(refusal_argument_count);
+  if (!(is_count(refused) && refused <= parts * codes && is_count(refused_sq) && refused_sq <= parts * codes * codes))
+    refuse_summary("header.refused", "is " + std::to_string(refused) + " (squares " + std::to_string(refused_sq) +
+                                         "): a sum of argument codes in [0, " + std::to_string(refusal_argument_count) +
+                                         "] per part");
   const double w = s.values[plan_h_windows], ids = s.values[plan_h_window_ids];
   if (!(is_count(w) && w <= parts))
     refuse_summary("header.windows", "is " + std::to_string(w) + " (a count of parts)");
   if (!(is_count(ids) && ids >= w && ids <= w * 1048576.0))
     refuse_summary("header.window_ids", "is " + std::to_string(ids) + " (a sum of " + std::to_string(w) +
                                             " ids in [1, 2^20])");
+}
+
+// Parts that refused their inputs on their rank (refusal_summary): the error every rank raises
+// from the same sums, naming the argument when the refusing parts agree on it.
+inline void throw_if_refused(const step_summary& s) {
+  constexpr int bit = [] {
+    int k = 0;
+    while (!(bad_part_input & (1u << k))) ++k;
+    return k;
+  }();
+  const double refusing = s.values[plan_h_status + bit];
+  if (refusing == 0) return;
+  const double sum = s.values[plan_h_refused], sq = s.values[plan_h_refused + 1];
+  std::string argument = "micro_batches";
+  const double code = sum / refusing;
+  if (refusing * sq == sum * sum && code >= 1 && code == std::floor(code) &&
+      code <= static_cast<double>(refusal_argument_count))
+    argument = refusal_arguments[static_cast<std::size_t>(code) - 1];
+  fail(argument, "failed its checks on " + std::to_string(static_cast<long long>(refusing)) + " of " +
+                     std::to_string(static_cast<long long>(s.values[plan_h_parts])) +
+                     " parts of this step (a micro-batch its rank could not summarise: a shape, a missing input or "
+                     "a conversion); every rank stops at the step's summaries");
 }
 
 // A digit histogram of a summed summary (the buckets, then the sums of their runs of 256): every

@@ -18,7 +18,7 @@
 // protocol, a rank's error; none when step_options::layout is given), one all-reduce SUM of the
 // summaries (which carry the first histogram of an 80/20 cut), for the 80/20 presets 1 (float)
 // or 3 (double) more histogram all-reduces plus one of the per-response cut counts, and the
-// confirmation (67 doubles) that every rank holds the same sums. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
+// confirmation (69 doubles) that every rank holds the same sums. CPU micro-batches: any process group (Gloo). CUDA micro-batches: the
 // plan's passes over the tokens run as tensor operations on the device (step_options::passes),
 // only per-response values, the cut's histogram and candidates come to the host, the collectives
 // run on CUDA tensors of the micro-batches' device (NCCL or Gloo), and the calls run on the

@@ -30,9 +30,8 @@ plan_ops plan_ops_for(const Objective& obj) {
     if (q.use_double) reco::check_part_inputs(obj, q.batch_d, part);
     else reco::check_part_inputs(obj, q.batch_f, part);
   };
-  ops.summary_size = [obj](index_t R) {
-    return reco::detail::plan_header + reco::detail::stage0_block(obj, R) +
-           reco::detail::plan_fields * static_cast<std::size_t>(R);
+  ops.refusal = [obj](const reco::step_info& step, const std::string& argument) {
+    return reco::refusal_summary(obj, step, argument);
   };
   ops.place = [obj](reco::step_summary& s, const reco::step_info& provisional, const reco::step_info& step,
                     index_t first_response, index_t first_group) {

@@ -59,9 +59,10 @@ struct plan_ops {
   std::function<reco::step_summary(const run_request&, const reco::step_part&, const reco::part_token_source*,
                                    reco::part_rounds*, const reco::window_sampling&)>
       summarize;
-  // The checks of stage 0 that throw (reco::check_part_inputs), and the size of a stage-0 summary.
+  // The checks of stage 0 that throw (reco::check_part_inputs), and the stage-0 summary of a part
+  // that failed them on its rank (reco::refusal_summary: its refusal alone, naming the argument).
   std::function<void(const run_request&, const reco::step_part&)> check;
-  std::function<std::size_t(index_t step_responses)> summary_size;
+  std::function<reco::step_summary(const reco::step_info& step, const std::string& argument)> refusal;
   std::function<void(reco::step_summary&, const reco::step_info& provisional, const reco::step_info& step,
                      index_t first_response, index_t first_group)>
       place;
