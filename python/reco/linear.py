@@ -9,6 +9,7 @@ The logits ``hidden @ weight.T + bias`` are formed a chunk of tokens at a time (
 to logp and entropy, and the backward recomputes each chunk's logits and turns them into the
 gradients of ``hidden``, ``weight`` and ``bias``: the extra memory is the chunk's workspace
 (``memory_budget`` bytes, 256 MiB by default), whatever the number of tokens. CPU tensors.
+With ``vocab_group``, the lm_head is sharded by rows over a ``torch.distributed`` group.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ __all__ = ["LinearLogpEntropy", "linear_logp_entropy"]
 
 def linear_logp_entropy(hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Optional[Tensor] = None, *,
                         temperature: float = 1.0, row_mask: Optional[Tensor] = None, memory_budget: int = 0,
-                        chunk_rows: int = 0) -> Tuple[Tensor, Tensor]:
+                        chunk_rows: int = 0, vocab_group=None) -> Tuple[Tensor, Tensor]:
     """``logp`` and ``entropy`` of ``softmax((hidden @ weight.T + bias) / temperature)`` per row.
 
     ``hidden``: ``[N, H]`` or ``[R, T, H]``; ``weight``: ``[V, H]`` (any strides, e.g. a transposed
@@ -35,25 +36,41 @@ def linear_logp_entropy(hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Op
     ``memory_budget``: workspace bytes (0: the default of 256 MiB); ``chunk_rows`` > 0 sets the
     tokens per chunk instead. Returns float32 tensors (float64 for float64 inputs) of hidden's row
     shape, differentiable in ``hidden``, ``weight`` and ``bias``. Bad input raises an error whose
-    message starts with ``reco: <argument>:``."""
+    message starts with ``reco: <argument>:``.
+
+    ``vocab_group``: a ``torch.distributed`` process group over which the lm_head is sharded by rows
+    (tensor parallelism): each rank passes its rows of ``weight`` (and ``bias``), in rank order (rank
+    0 the first ids), and the same ``hidden``, ``tokens`` and ``row_mask``; ``tokens`` are ids of the
+    whole vocabulary. Each chunk's row statistics are combined with one all-reduce; every rank gets
+    the whole ``logp`` and ``entropy``, and the backward sums the gradient of ``hidden`` over the ranks
+    while each rank's ``weight`` gradient is its shard's."""
+    group = None
+    if vocab_group is not None:
+        group = vocab_group if isinstance(vocab_group, str) else getattr(vocab_group, "group_name", None)
+        if not isinstance(group, str):
+            raise TypeError("reco: vocab_group: must be a torch.distributed process group (or its group_name), got "
+                            f"{type(vocab_group).__name__}")
     return _ops.linear_logp_entropy(hidden, weight, tokens, bias, float(temperature), row_mask, int(memory_budget),
-                                    int(chunk_rows))
+                                    int(chunk_rows), group)
 
 
 class LinearLogpEntropy(torch.nn.Module):
     """An existing ``nn.Linear`` lm_head (its ``weight`` and ``bias`` parameters, shared, not copied)
     that returns ``(logp, entropy)`` of the sampled tokens instead of the logits."""
 
-    def __init__(self, lm_head: torch.nn.Linear, temperature: float = 1.0, memory_budget: int = 0):
+    def __init__(self, lm_head: torch.nn.Linear, temperature: float = 1.0, memory_budget: int = 0,
+                 vocab_group=None):
         super().__init__()
         if not isinstance(lm_head, torch.nn.Linear):
             raise TypeError(f"reco: lm_head: must be a torch.nn.Linear, got {type(lm_head).__name__}")
         self.lm_head = lm_head
         self.temperature = float(temperature)
         self.memory_budget = int(memory_budget)
+        self.vocab_group = vocab_group  # the lm_head holds this rank's rows of a sharded vocabulary
 
     def forward(self, hidden: Tensor, tokens: Tensor, row_mask: Optional[Tensor] = None,
                 temperature: Optional[float] = None) -> Tuple[Tensor, Tensor]:
         tau = self.temperature if temperature is None else float(temperature)
         return linear_logp_entropy(hidden, self.lm_head.weight, tokens, self.lm_head.bias, temperature=tau,
-                                   row_mask=row_mask, memory_budget=self.memory_budget)
+                                   row_mask=row_mask, memory_budget=self.memory_budget,
+                                   vocab_group=self.vocab_group)

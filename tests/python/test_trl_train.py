@@ -21,6 +21,8 @@ num_iterations 2 (the second pass over a generation batch has ratios away from 1
       op library has the CUDA ops (skipped otherwise).
   (d) GDPO: with ``multi_objective_aggregation="normalize_then_sum"`` TRL's advantages equal
       ``reco.gdpo_advantages`` of the reward functions' outputs (captured in the run).
+  (e) ``lm_head="reco"``: the policy's log-probabilities and entropies from its hidden states by
+      reco, against TRL's fused head and eager logits (values and gradients), then a run.
 
 Run with a python that has reco, torch, trl, transformers, accelerate and datasets; skipped (exit
 code 0, with a message) when TRL's runtime is missing and RECO_REQUIRE_TRL_TRAIN is unset.
@@ -334,6 +336,65 @@ class TrlTraining(unittest.TestCase):
                 mine = reco.gdpo_advantages(rewards, group_size=4, weights=weights, eps=1e-4, batch_eps=1e-4,
                                             batch_normalise="response")
                 self.assertLessEqual((mine - advantages).abs().max().item(), 1e-5)
+
+    def test_e_reco_lm_head(self):
+        # lm_head="reco": the policy's log-probabilities and entropies from its hidden states by
+        # reco.linear_logp_entropy. On one batch, against TRL's fused head (log-probabilities and
+        # their gradient; TRL's leaves the entropy's gradient out) and against eager logits
+        # (entropy and its gradient); then a run trains.
+        cls = reco_trl.grpo_trainer("reco", lm_head="reco")
+        trainer = cls(model=self.tmp.name + "/model", reward_funcs=[reward_w7], args=config(self.tmp.name, temperature=0.7),
+                      train_dataset=dataset(), processing_class=tokenizer())
+        model = trainer.model
+        self.assertIn("add_reco_lm_head", model.forward.__qualname__)
+        torch.manual_seed(1)
+        ids = torch.randint(2, len(WORDS) + 2, (3, 9))
+        attention = torch.ones_like(ids)
+        attention[1, :2] = 0  # left padding
+        labels = ids.masked_fill(attention == 0, -100)
+        labels[:, :4] = -100  # only the completion is scored
+        valid = labels[:, 1:] != -100
+        g, gh = torch.randn(valid.shape), torch.randn(valid.shape)
+        head = model.get_output_embeddings()
+
+        def run(fused):
+            model.zero_grad()
+            out = fused(input_ids=ids, attention_mask=attention, labels=labels)
+            lp, en = out.log_probs.float() * valid, out.entropy.float() * valid
+            ((lp * g).sum() + (en * gh).sum()).backward()
+            return lp.detach(), en.detach(), head.weight.grad.clone()
+
+        # TRL's fused head, as GRPOTrainer.__init__ adds it, on a copy of the same parameters.
+        theirs_model = Qwen2ForCausalLM.from_pretrained(self.tmp.name + "/model")
+        from trl.trainer.utils import add_fused_lm_head
+        add_fused_lm_head(theirs_model, temperature=0.7, outputs=("log_probs", "entropy"))
+        theirs_model.load_state_dict(model.state_dict())
+        mine = run(lambda **kw: model(**kw, fused_lm_head=True))
+        theirs_head = theirs_model.get_output_embeddings()
+        theirs_model.zero_grad()
+        out = theirs_model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+        (out.log_probs.float() * valid * g).sum().backward()
+        self.assertLessEqual((mine[0] - out.log_probs.detach().float() * valid).abs().max().item(), TOL)
+        self.assertLessEqual((mine[1] - out.entropy.detach().float() * valid).abs().max().item(), TOL)
+        # Eager: the logits of the backbone's hidden states, log-softmax, the gradient of both terms.
+        model.zero_grad()
+        hidden = model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+        logits = torch.nn.functional.linear(hidden, head.weight, head.bias) / 0.7
+        lsm = torch.log_softmax(logits.double(), -1)
+        e_lp = lsm.gather(-1, labels[:, 1:].clamp(min=0).unsqueeze(-1)).squeeze(-1) * valid
+        e_en = -(lsm.exp() * lsm).sum(-1) * valid
+        ((e_lp * g).sum() + (e_en * gh).sum()).backward(retain_graph=True)
+        self.assertLessEqual((mine[1] - e_en.detach()).abs().max().item(), TOL)
+        self.assertLessEqual(rel(mine[2], head.weight.grad), TOL)
+        model.zero_grad()
+        (e_lp * g).sum().backward()  # the log-probability term alone, as TRL's head differentiates it
+        self.assertLessEqual(rel(theirs_head.weight.grad, head.weight.grad), 1e-4)
+        trainer.train()
+        losses = logged(trainer, "loss")
+        self.assertEqual(len(losses), 4)
+        self.assertTrue(all(math.isfinite(x) for x in losses), losses)
+        with self.assertRaisesRegex(ValueError, "lm_head"):
+            reco_trl.grpo_trainer("reco", lm_head="fused")
 
 
 if __name__ == "__main__":

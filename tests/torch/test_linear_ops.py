@@ -1,6 +1,7 @@
 """reco.linear_logp_entropy and reco.LinearLogpEntropy (python/reco/linear.py) against eager
 torch (F.linear, log_softmax, gather, entropy, autograd) in float64 and float32, a padded batch with
-a mask, a transposed weight, and argument errors.
+a mask, a transposed weight, argument errors, and the lm_head sharded by rows over a Gloo group of
+two processes (vocab_group) against the whole lm_head.
 
 Usage: python3 test_linear_ops.py <path to libreco_torch_ops.so>   (ctest passes it): the package
 sources of this checkout are staged in a temporary folder beside a link to that library.
@@ -81,6 +82,64 @@ class LinearLogpEntropyTest(unittest.TestCase):
                 f()
         with self.assertRaises(TypeError):
             reco.LinearLogpEntropy(torch.nn.Conv1d(1, 1, 1))
+
+
+def _vocab_rank(rank, world, store, out_dir):
+    """One rank of the vocabulary-parallel check: its rows of the lm_head over a Gloo group, against
+    the whole lm_head on this rank; the largest differences go to out_dir/rank<r>.txt."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+    torch.manual_seed(3)
+    V, H = 23, 6
+    hidden = torch.randn(4, 5, H, dtype=torch.float64)
+    weight, bias = torch.randn(V, H, dtype=torch.float64), torch.randn(V, dtype=torch.float64)
+    tokens = torch.randint(V, (4, 5))
+    mask = torch.rand(4, 5) > 0.2
+    g, gh = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    rows = [V * r // world for r in range(world + 1)]  # uneven shards
+    lo, hi = rows[rank], rows[rank + 1]
+
+    def run(w, b, group, chunk):
+        h = hidden.clone().requires_grad_(True)
+        w = w.clone().requires_grad_(True)
+        b = b.clone().requires_grad_(True)
+        lp, en = reco.linear_logp_entropy(h, w, tokens, b, temperature=0.8, row_mask=mask, chunk_rows=chunk,
+                                          vocab_group=group)
+        ((lp * g).sum() + (en * gh).sum()).backward()
+        return lp.detach(), en.detach(), h.grad, w.grad, b.grad
+
+    whole = run(weight, bias, None, 0)
+    worst = 0.0
+    for group, chunk in ((dist.group.WORLD, 0), (dist.group.WORLD.group_name, 3)):
+        part = run(weight[lo:hi], bias[lo:hi], group, chunk)
+        want = whole[:3] + (whole[3][lo:hi], whole[4][lo:hi])
+        worst = max(worst, *(float((a - b).abs().max()) for a, b in zip(part, want)))
+    try:
+        reco.linear_logp_entropy(hidden, weight[lo:hi], tokens, vocab_group="no such group")
+        named = "no error"
+    except ValueError as e:
+        named = str(e).split(":")[1].strip()
+    with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+        f.write(f"{worst} {named}")
+    dist.destroy_process_group()
+
+
+class VocabGroupTest(unittest.TestCase):
+    def test_sharded_lm_head_equals_the_whole(self):
+        import tempfile
+
+        import torch.multiprocessing as mp
+
+        world = 2
+        with tempfile.TemporaryDirectory() as d:
+            mp.spawn(_vocab_rank, args=(world, os.path.join(d, "store"), d), nprocs=world, join=True)
+            for r in range(world):
+                with open(os.path.join(d, f"rank{r}.txt")) as f:
+                    worst, named = f.read().split()
+                self.assertLess(float(worst), 1e-12, f"rank {r}")
+                self.assertEqual(named, "vocab_group", f"rank {r}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@
 #include "reco/torch/token_logp_entropy.hpp"
 #include "reco/torch/linear_logp_entropy.hpp"
 
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
 namespace {
 
 at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
@@ -171,12 +173,21 @@ std::tuple<at::Tensor, at::Tensor> token_logp_entropy_op(const at::Tensor& logit
 std::tuple<at::Tensor, at::Tensor> linear_logp_entropy_op(const at::Tensor& hidden, const at::Tensor& weight,
                                                           const at::Tensor& tokens, const c10::optional<at::Tensor>& bias,
                                                           double temperature, const c10::optional<at::Tensor>& row_mask,
-                                                          int64_t memory_budget, int64_t chunk_rows) {
+                                                          int64_t memory_budget, int64_t chunk_rows,
+                                                          const c10::optional<std::string>& vocab_group) {
   if (memory_budget < 0) reco::detail::fail("memory_budget", "must be >= 0 (0: the default)");
   reco::torch::linear_logp_options o;
   o.temperature = temperature;
   o.memory_budget = static_cast<std::size_t>(memory_budget);
   o.chunk_rows = chunk_rows;
+  // The process group by its registered name (torch.distributed's ProcessGroup.group_name), as
+  // torch's functional collectives take it.
+  if (vocab_group.has_value()) {
+    if (!c10d::is_process_group_registered(*vocab_group))
+      reco::detail::fail("vocab_group", "'" + *vocab_group + "' is no registered process group (pass the group itself, "
+                                        "or its group_name, after torch.distributed made it)");
+    o.vocab_group = c10d::resolve_process_group(*vocab_group);
+  }
   return reco::torch::linear_logp_entropy(hidden, weight, tokens, or_undefined(bias), or_undefined(row_mask), o);
 }
 
@@ -224,7 +235,7 @@ TORCH_LIBRARY(reco, m) {
         "-> (Tensor, Tensor)",
         &token_logp_entropy_op);
   m.def("linear_logp_entropy(Tensor hidden, Tensor weight, Tensor tokens, Tensor? bias=None, float temperature=1.0, "
-        "Tensor? row_mask=None, int memory_budget=0, int chunk_rows=0) -> (Tensor, Tensor)",
+        "Tensor? row_mask=None, int memory_budget=0, int chunk_rows=0, str? vocab_group=None) -> (Tensor, Tensor)",
         &linear_logp_entropy_op);
   m.def("stat_names() -> str[]", &stat_names_op);
   m.def("presets() -> str[]", &presets_op);

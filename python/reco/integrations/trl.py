@@ -57,6 +57,12 @@ What the loss reads from TRL:
   policy term (a dropped completion still counts in the normaliser, as in TRL).
 - **router aux loss**: added as TRL does.
 
+The log-probabilities and entropies come from TRL's fused LM head by default. With
+``grpo_trainer(..., lm_head="reco")`` the policy's come from its last hidden states through
+``reco.linear_logp_entropy`` (:func:`add_reco_lm_head`: the logits are never formed, the entropy's
+gradient is exact, the lm_head must be a plain ``nn.Linear`` of a model that does not scale or
+soft-cap its logits, CPU tensors); the reference model keeps TRL's head.
+
 TRL's ``loss_type`` and ``importance_sampling_level`` are not read when a preset is given (the
 preset is the objective). Metrics: TRL's ``entropy`` and ``kl`` plus ``reco/<stat>`` for reco's
 clip fractions, ratio mean and ReCo's weight statistics.
@@ -219,15 +225,71 @@ def _pad_rows(x: Optional[torch.Tensor], rows: int, value: float = 0.0) -> Optio
     return torch.cat([x, x.new_full((rows,) + tuple(x.shape[1:]), value)])
 
 
+class _HeadOutput:
+    """What TRL reads of a fused LM head's forward: per-token log-probabilities and entropies."""
+
+    def __init__(self, log_probs: torch.Tensor, entropy: torch.Tensor):
+        self.log_probs, self.entropy, self.aux_loss = log_probs, entropy, None
+
+
+def add_reco_lm_head(model: Any, temperature: float = 1.0, memory_budget: int = 0) -> None:
+    """Make ``model(..., labels=labels, fused_lm_head=True)`` return the log-probabilities and
+    entropies of the labelled next tokens from ``reco.linear_logp_entropy`` on the backbone's last
+    hidden states: the ``[B, T, V]`` logits are never formed, and the entropy's gradient is exact
+    (TRL's own fused head leaves it out). Other calls (generation) run the forward as before. The
+    model's output embedding must be a plain ``torch.nn.Linear`` and its config must not scale or
+    soft-cap the logits; CPU tensors (reco's hidden-states op runs on the CPU)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(f"reco.integrations.trl: lm_head: must be a torch.nn.Linear, got {type(head).__name__}")
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for key, neutral in (("final_logit_softcapping", None), ("logit_scale", None), ("output_multiplier", None),
+                         ("lm_head_multiplier", None), ("logits_scaling", None)):
+        if getattr(text, key, neutral) not in (neutral, 1.0):
+            raise ValueError(f"reco.integrations.trl: lm_head: the model's {key} changes the logits; "
+                             "reco's hidden-states head computes plain (W h + b) / temperature")
+    if getattr(text, "output_router_logits", False):
+        raise ValueError("reco.integrations.trl: lm_head: a router aux loss is not computed by reco's head")
+    previous = model.forward
+
+    def forward(*args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head:
+            given = dict(labels=labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch)
+            return previous(*args, **kwargs, **{k: v for k, v in given.items() if v is not None})
+        if shift_labels is not None:
+            raise ValueError("reco.integrations.trl: lm_head: pre-shifted labels (context or sequence parallelism) "
+                             "are not supported by reco's hidden-states head")
+        kwargs["use_cache"] = False
+        hidden = model.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+        targets = labels[:, 1:].to(hidden.device)
+        valid = targets != -100
+        out_head = model.get_output_embeddings()  # looked up per call: wrappers may replace it
+        logp, entropy = reco.linear_logp_entropy(hidden, out_head.weight, targets.clamp(min=0), out_head.bias,
+                                                 temperature=temperature, row_mask=valid,
+                                                 memory_budget=memory_budget)
+        return _HeadOutput(logp, entropy)
+
+    model.forward = forward
+
+
 class RecoLoss:
     """Mixin for ``trl.GRPOTrainer`` (first base): ``_compute_loss`` is reco's ``reco_preset``
     with ``reco_overrides`` on TRL's loss inputs. ``reco_preset = None``: TRL's own loss_type
     (:func:`spelling`). ``reco_token_count``: ``"generation_batch"`` (TRL's dapo) or
-    ``"micro_batch"`` (TRL's bnpo), for token-mean aggregation."""
+    ``"micro_batch"`` (TRL's bnpo), for token-mean aggregation. ``reco_lm_head``: the policy's
+    log-probabilities and entropies from its hidden states by reco (:func:`add_reco_lm_head`)
+    instead of TRL's fused LM head."""
 
     reco_preset: Optional[str] = "reco"
     reco_overrides: Dict[str, float] = {}
     reco_token_count: Optional[str] = None
+    reco_lm_head: bool = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.reco_lm_head:
+            model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            add_reco_lm_head(model, temperature=float(self.temperature))
 
     def _reco_objective(self) -> Tuple[str, Dict[str, float], str]:
         if self.reco_preset is None:
@@ -392,9 +454,14 @@ class RecoLoss:
 
 
 def grpo_trainer(preset: Optional[str] = "reco", overrides: Optional[Dict[str, float]] = None,
-                 base: Optional[type] = None, token_count: Optional[str] = None) -> type:
+                 base: Optional[type] = None, token_count: Optional[str] = None, lm_head: str = "trl") -> type:
     """A subclass of ``base`` (default ``trl.GRPOTrainer``) whose loss is reco's ``preset`` with
-    ``overrides`` (see the module's doc); ``preset=None``: TRL's own ``loss_type`` through reco."""
+    ``overrides`` (see the module's doc); ``preset=None``: TRL's own ``loss_type`` through reco.
+    ``lm_head="reco"``: the policy's log-probabilities and entropies from its last hidden states by
+    ``reco.linear_logp_entropy`` (:func:`add_reco_lm_head`; a plain linear lm_head, CPU tensors)
+    instead of TRL's fused head (``"trl"``, the default)."""
+    if lm_head not in ("trl", "reco"):
+        raise ValueError(f"reco.integrations.trl: lm_head: '{lm_head}' is not one of ('trl', 'reco')")
     if base is None:
         try:
             from trl import GRPOTrainer as base
@@ -406,4 +473,5 @@ def grpo_trainer(preset: Optional[str] = "reco", overrides: Optional[Dict[str, f
         raise ValueError(f"reco.integrations.trl: token_count '{token_count}' is not one of {_TOKEN_COUNTS}")
     name = "Reco" + (preset or "TrlLoss").title().replace("_", "") + base.__name__
     return type(name, (RecoLoss, base), {"reco_preset": preset, "reco_overrides": dict(overrides or {}),
-                                         "reco_token_count": token_count, "__module__": __name__})
+                                         "reco_token_count": token_count, "reco_lm_head": lm_head == "reco",
+                                         "__module__": __name__})
