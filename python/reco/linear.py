@@ -8,8 +8,9 @@ without the ``[N, V]`` logits (docs/logits.md, "From hidden states").
 The logits ``hidden @ weight.T + bias`` are formed a chunk of tokens at a time (one GEMM), reduced
 to logp and entropy, and the backward recomputes each chunk's logits and turns them into the
 gradients of ``hidden``, ``weight`` and ``bias``: the extra memory is the chunk's workspace
-(``memory_budget`` bytes, 256 MiB by default), whatever the number of tokens. CPU tensors.
-With ``vocab_group``, the lm_head is sharded by rows over a ``torch.distributed`` group.
+(``memory_budget`` bytes, 256 MiB by default), whatever the number of tokens. CPU tensors, and
+CUDA tensors where the op library has the CUDA ops (cuBLAS on PyTorch's current stream). With
+``vocab_group`` (CPU tensors), the lm_head is sharded by rows over a ``torch.distributed`` group.
 """
 from __future__ import annotations
 

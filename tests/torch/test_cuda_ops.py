@@ -1,6 +1,7 @@
 """torch.ops.reco.* on CUDA tensors against the same ops on CPU tensors: every preset (rewards and
 given advantages, padded and packed, float32 and float64; loss, gradient and stats), and
-token_logp_entropy (float32, bfloat16; values and gradient against float64 log_softmax).
+token_logp_entropy (float32, bfloat16; values and gradient against float64 log_softmax), and
+linear_logp_entropy (float64, float32, bfloat16; values and gradients against the CPU call).
 
 Skips (exit 0, with a message) when torch sees no CUDA device or the op library was built
 without the CUDA path.
@@ -146,6 +147,36 @@ class CudaOps(unittest.TestCase):
                     self.assertLessEqual((ent.double().cpu() - re.detach()).abs().max().item(), tol * 10)
                     err = (x.grad.double().cpu() - dz).norm() / dz.norm()
                     self.assertLessEqual(err.item(), tol)
+
+    def test_linear_logp_entropy_matches_cpu(self):
+        # Hidden states on the device (cuBLAS GEMMs, the logits kernels) against the CPU call in
+        # float64: values and the gradients of hidden, weight and bias; a masked row, a bias,
+        # chunks of 5 rows, V not a multiple of any block; bf16 within its rounding.
+        g = torch.Generator().manual_seed(4)
+        N, H, V = 37, 24, 1001
+        hidden = torch.randn(N, H, generator=g, dtype=torch.float64)
+        weight = torch.randn(V, H, generator=g, dtype=torch.float64) / 3
+        bias = torch.randn(V, generator=g, dtype=torch.float64)
+        tokens = torch.randint(0, V, (N,), generator=g)
+        mask = torch.rand(N, generator=g) > 0.2
+        up, ue = torch.randn(N, generator=g, dtype=torch.float64), torch.randn(N, generator=g, dtype=torch.float64)
+
+        def call(device, dtype, chunk):
+            h, w, b = (t.to(device, dtype).requires_grad_(True) for t in (hidden, weight, bias))
+            lp, en = reco.linear_logp_entropy(h, w, tokens.to(device), b, 0.7, mask.to(device), 0, chunk, None)
+            ((lp.double() * up.to(device)).sum() + (en.double() * ue.to(device)).sum()).backward()
+            return [x.detach().double().cpu() for x in (lp, en, h.grad, w.grad, b.grad)]
+
+        want = call("cpu", torch.float64, 0)
+        for dtype, chunk, tol in ((torch.float64, 0, 1e-10), (torch.float64, 5, 1e-10), (torch.float32, 0, 1e-4),
+                                  (torch.bfloat16, 5, 5e-2)):
+            with self.subTest(dtype=dtype, chunk=chunk):
+                got = call("cuda", dtype, chunk)
+                for name, a, b in zip(("logp", "entropy", "dhidden", "dweight", "dbias"), got, want):
+                    err = (a - b).norm() / max(b.norm(), 1e-30)
+                    self.assertLessEqual(err.item(), tol, name)
+        with self.assertRaisesRegex((ValueError, RuntimeError), "tokens"):
+            reco.linear_logp_entropy(hidden.cuda(), weight.cuda(), (tokens + V).cuda(), None, 1.0, None, 0, 0, None)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,11 @@ TEST(TorchLinearLogp, ErrorsNameTheArgument) {
   expect_error([&] { linear_logp_entropy(l.h, l.w, tokens.to(at::kFloat)); }, "tokens");
   expect_error([&] { linear_logp_entropy(l.h, l.w, tokens, at::randn({4})); }, "bias");
   expect_error([&] { linear_logp_entropy(l.h, l.w, tokens, {}, at::ones({3}, at::kBool)); }, "row_mask");
+  // Devices: every tensor on hidden's, which is the CPU or a CUDA device.
+  expect_error([&] { linear_logp_entropy(l.h, l.w.to(at::kMeta), tokens); }, "weight");
+  expect_error([&] { linear_logp_entropy(l.h.to(at::kMeta), l.w.to(at::kMeta), tokens); }, "hidden");
+  expect_error([&] { linear_logp_entropy(l.h, l.w, tokens.to(at::kMeta)); }, "tokens");
+  expect_error([&] { linear_logp_entropy(l.h, l.w, tokens, at::zeros({5}, at::kMeta)); }, "bias");
   at::Tensor bad = l.h.clone();
   bad[1][2] = std::numeric_limits<float>::infinity();
   expect_error([&] { linear_logp_entropy(bad, l.w, tokens); }, "hidden");

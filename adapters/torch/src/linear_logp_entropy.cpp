@@ -13,6 +13,15 @@
 #include "reco/logits/call.hpp"
 #include "reco/logits/linear_logp_entropy.hpp"
 
+#if RECO_TORCH_WITH_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "linear_cuda_call.hpp"
+#include "logits_call.hpp"
+#endif
+
 RECO_NAMESPACE_BEGIN
 namespace torch {
 namespace {
@@ -133,6 +142,34 @@ rl::linear_options core_options(const linear_logp_options& o) {
   return c;
 }
 
+#if RECO_TORCH_WITH_CUDA
+// A call on CUDA tensors: PyTorch's current stream and cuBLAS handle on the tensors' device, a
+// workspace from its caching allocator, and the device error word read back after the kernels
+// (one synchronisation; skipped while a CUDA graph is captured, where the NaN rows they leave are
+// the only signal).
+template <class T, class Call>
+void on_cuda(const saved_call& c, const rl::linear_operands<T>& in, Call&& call) {
+  const c10::cuda::CUDAGuard guard(c.hidden.device());
+  const rl::linear_options o = core_options(c.options);
+  const auto plan = rl::linear_cuda_chunking_of(in.rows, in.vocab, in.hidden_size, sizeof(T),
+                                                sizeof(rl::accum_t<T>), o.memory_budget, o.chunk_rows);
+  const auto dev = at::TensorOptions().device(c.hidden.device());
+  const at::Tensor workspace = at::empty({static_cast<std::int64_t>(plan.workspace_bytes)}, dev.dtype(at::kByte));
+  const at::Tensor flags = at::zeros({1}, dev.dtype(at::kInt));
+  detail::linear_device where;
+  where.stream = c10::cuda::getCurrentCUDAStream(c.hidden.device().index()).stream();
+  where.cublas = at::cuda::getCurrentCUDABlasHandle();
+  where.workspace = workspace.data_ptr();
+  where.error_flags = flags.data_ptr<int>();
+  call(o, plan, where);
+  if (detail::stream_is_capturing(where.stream)) return;
+  const int bad = flags.item<int>();
+  if (bad & rl::error_token_out_of_range) fail("tokens", "a token id of an unmasked row is outside [0, vocab)");
+  if (bad) fail("hidden", "the logits W h + b of an unmasked row are not finite (NaN or infinite values in hidden, "
+                          "weight or bias, or a temperature too small for them)");
+}
+#endif
+
 class linear_function : public ::torch::autograd::Function<linear_function> {
  public:
   static ::torch::autograd::variable_list forward(::torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
@@ -141,7 +178,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     call.hidden = hidden, call.weight = weight, call.bias = bias;
     const at::ScalarType acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     const index_t N = hidden.size(0);
-    const auto opts = at::TensorOptions().dtype(acc);
+    const auto opts = at::TensorOptions().dtype(acc).device(hidden.device());
     at::Tensor logp = at::empty({N}, opts), entropy = at::empty({N}, opts), lse = at::empty({N}, opts);
     const vocab_part part = part_of(call.options.vocab_group, weight.size(0), N);
     rl::with_dtype(dtype_of(hidden, "hidden"), [&](auto tag) {
@@ -149,6 +186,15 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
       using A = rl::accum_t<T>;
       const rl::linear_outputs<A> out{logp.data_ptr<A>(), entropy.data_ptr<A>(), lse.data_ptr<A>()};
       const auto in = operands_of<T>(call, part);
+#if RECO_TORCH_WITH_CUDA
+      if (hidden.is_cuda()) {
+        on_cuda<T>(call, in, [&](const rl::linear_options& o, const rl::linear_cuda_chunking& plan,
+                                 const detail::linear_device& where) {
+          detail::linear_forward_on_cuda<T>(in, o, out, plan, where);
+        });
+        return;
+      }
+#endif
       if (!call.options.vocab_group) {
         rl::linear_forward(aten_gemm{}, in, core_options(call.options), out);
         return;
@@ -208,7 +254,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
       return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
     const index_t N = call.hidden.size(0), H = call.hidden.size(1), V = call.weight.size(0);
-    const auto acc_opts = at::TensorOptions().dtype(acc);
+    const auto acc_opts = at::TensorOptions().dtype(acc).device(call.hidden.device());
     const auto& group = call.options.vocab_group;
     // Sharded: each rank's dh is its shard's part, summed in the accumulation type.
     at::Tensor dh = want_h ? at::empty({N, H}, group ? acc_opts : call.hidden.options()) : at::Tensor();
@@ -229,7 +275,17 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
       }
       gr.dweight = want_w ? dw.data_ptr<A>() : nullptr;
       gr.dbias = want_b ? db.data_ptr<A>() : nullptr;
-      rl::linear_backward(aten_gemm{}, operands_of<T>(call, part), core_options(call.options), gr);
+      const auto in = operands_of<T>(call, part);
+#if RECO_TORCH_WITH_CUDA
+      if (call.hidden.is_cuda()) {
+        on_cuda<T>(call, in, [&](const rl::linear_options& o, const rl::linear_cuda_chunking& plan,
+                                 const detail::linear_device& where) {
+          detail::linear_backward_on_cuda<T>(in, o, gr, plan, where);
+        });
+        return;
+      }
+#endif
+      rl::linear_backward(aten_gemm{}, in, core_options(call.options), gr);
     });
     if (want_h && group) {
       all_reduce_sum(group, dh);
@@ -247,12 +303,18 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy(const at::Tensor& hidden,
                                                        const at::Tensor& row_mask, const linear_logp_options& options) {
   if (!hidden.defined()) fail("hidden", "is required");
   if (!weight.defined()) fail("weight", "is required");
+  const at::Device device = hidden.device();
   for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{hidden, "hidden"}, {weight, "weight"}}) {
     if (t.layout() != at::kStrided) fail(name, "must be a dense (strided) tensor");
-    if (!t.device().is_cpu())
-      fail(name, "is on " + t.device().str() + "; reco::torch::linear_logp_entropy runs on CPU tensors");
+    if (!t.device().is_cpu() && !(RECO_TORCH_WITH_CUDA && t.device().is_cuda()))
+      fail(name, "is on " + t.device().str() + "; reco::torch::linear_logp_entropy runs on CPU tensors" +
+                     (RECO_TORCH_WITH_CUDA ? " and CUDA tensors" : " (this build has no CUDA)"));
+    if (t.device() != device)
+      fail(name, "is on " + t.device().str() + " but hidden on " + device.str() + ": both on one device");
     dtype_of(t, name);
   }
+  if (device.is_cuda() && options.vocab_group)
+    fail("vocab_group", "is given with CUDA tensors: the device path has no vocabulary shards yet");
   if (hidden.dim() != 2 && hidden.dim() != 3)
     fail("hidden", "must be [N, H] or [R, T, H], got shape " + shape_of(hidden.sizes()));
   if (weight.dim() != 2) fail("weight", "must be [V, H], got shape " + shape_of(weight.sizes()));
@@ -268,7 +330,8 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy(const at::Tensor& hidden,
     fail("temperature", "must be finite and > 0, got " + std::to_string(options.temperature));
   const at::IntArrayRef row_shape = hidden.sizes().slice(0, hidden.dim() - 1);
   if (bias.defined()) {
-    if (bias.layout() != at::kStrided || !bias.device().is_cpu()) fail("bias", "must be a dense CPU tensor");
+    if (bias.layout() != at::kStrided || bias.device() != device)
+      fail("bias", "must be a dense tensor on hidden's device (" + device.str() + ")");
     if (bias.scalar_type() != weight.scalar_type())
       fail("bias", std::string("has dtype ") + c10::toString(bias.scalar_type()) + " but weight has " +
                        c10::toString(weight.scalar_type()));
@@ -278,7 +341,7 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy(const at::Tensor& hidden,
   if (!tokens.defined()) fail("tokens", "is required");
   if (tokens.scalar_type() != at::kLong && tokens.scalar_type() != at::kInt)
     fail("tokens", std::string("must be int64 (or int32), got ") + c10::toString(tokens.scalar_type()));
-  if (!tokens.device().is_cpu()) fail("tokens", "must be a CPU tensor");
+  if (tokens.device() != device) fail("tokens", "must be on hidden's device (" + device.str() + ")");
   if (tokens.sizes() != row_shape)
     fail("tokens", "has shape " + shape_of(tokens.sizes()) + ", expected hidden's row shape " + shape_of(row_shape));
   saved_call call;
@@ -287,7 +350,7 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy(const at::Tensor& hidden,
   if (row_mask.defined()) {
     if (row_mask.scalar_type() != at::kBool && row_mask.scalar_type() != at::kByte)
       fail("row_mask", std::string("must be bool or uint8, got ") + c10::toString(row_mask.scalar_type()));
-    if (!row_mask.device().is_cpu()) fail("row_mask", "must be a CPU tensor");
+    if (row_mask.device() != device) fail("row_mask", "must be on hidden's device (" + device.str() + ")");
     if (row_mask.sizes() != row_shape)
       fail("row_mask", "has shape " + shape_of(row_mask.sizes()) + ", expected hidden's row shape " + shape_of(row_shape));
     call.mask = row_mask.to(at::kByte).contiguous().view({-1});

@@ -61,7 +61,7 @@ The log-probabilities and entropies come from TRL's fused LM head by default. Wi
 ``grpo_trainer(..., lm_head="reco")`` the policy's come from its last hidden states through
 ``reco.linear_logp_entropy`` (:func:`add_reco_lm_head`: the logits are never formed, the entropy's
 gradient is exact, the lm_head must be a plain ``nn.Linear`` of a model that does not scale or
-soft-cap its logits, CPU tensors); the reference model keeps TRL's head.
+soft-cap its logits); the reference model keeps TRL's head.
 
 TRL's ``loss_type`` and ``importance_sampling_level`` are not read when a preset is given (the
 preset is the objective). Metrics: TRL's ``entropy`` and ``kl`` plus ``reco/<stat>`` for reco's
@@ -238,7 +238,7 @@ def add_reco_lm_head(model: Any, temperature: float = 1.0, memory_budget: int = 
     hidden states: the ``[B, T, V]`` logits are never formed, and the entropy's gradient is exact
     (TRL's own fused head leaves it out). Other calls (generation) run the forward as before. The
     model's output embedding must be a plain ``torch.nn.Linear`` and its config must not scale or
-    soft-cap the logits; CPU tensors (reco's hidden-states op runs on the CPU)."""
+    soft-cap the logits."""
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear):
         raise ValueError(f"reco.integrations.trl: lm_head: must be a torch.nn.Linear, got {type(head).__name__}")
@@ -458,7 +458,7 @@ def grpo_trainer(preset: Optional[str] = "reco", overrides: Optional[Dict[str, f
     """A subclass of ``base`` (default ``trl.GRPOTrainer``) whose loss is reco's ``preset`` with
     ``overrides`` (see the module's doc); ``preset=None``: TRL's own ``loss_type`` through reco.
     ``lm_head="reco"``: the policy's log-probabilities and entropies from its last hidden states by
-    ``reco.linear_logp_entropy`` (:func:`add_reco_lm_head`; a plain linear lm_head, CPU tensors)
+    ``reco.linear_logp_entropy`` (:func:`add_reco_lm_head`; a plain linear lm_head)
     instead of TRL's fused head (``"trl"``, the default)."""
     if lm_head not in ("trl", "reco"):
         raise ValueError(f"reco.integrations.trl: lm_head: '{lm_head}' is not one of ('trl', 'reco')")

@@ -19,7 +19,8 @@
 // logp and entropy, and the backward sums d loss / d hidden over the ranks (one all-reduce) while
 // d loss / d weight stays the rank's shard.
 //
-// CPU tensors (CUDA tensors are refused naming "hidden").
+// CPU tensors, and CUDA tensors when LibTorch has CUDA (cuBLAS on PyTorch's current stream;
+// vocab_group is CPU-only). Every tensor on hidden's device.
 #pragma once
 
 #include <cstddef>
