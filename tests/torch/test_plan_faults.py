@@ -36,18 +36,18 @@ def half(s, rank):
     return t, mb["first_response"], mb["first_group"]
 
 
-def plan_and_loss(reco, preset, tensors, part, overrides=None, alter=None):
+def plan_and_loss(reco, preset, tensors, part, overrides=None, alter=None, scale=float(WORLD)):
     """The loop of docs/distributed.md for one micro-batch: the plan's stages, then the loss."""
     summaries = []
     while True:
-        s = reco.plan_summary(preset, part, float(WORLD), summaries, overrides=overrides, **tensors)
+        s = reco.plan_summary(preset, part, scale, summaries, overrides=overrides, **tensors)
         if s.numel() == 0:
             break
         dist.all_reduce(s)
         if alter is not None:
             alter(len(summaries), s)
         summaries.append(s)
-    loss, _ = reco.planned_policy_loss(preset, part, float(WORLD), summaries, overrides=overrides, **tensors)
+    loss, _ = reco.planned_policy_loss(preset, part, scale, summaries, overrides=overrides, **tensors)
     return loss
 
 
@@ -124,6 +124,21 @@ def rank_main(rank, path, result_dir):
         except (RuntimeError, ValueError) as e:  # reco::error arrives as either
             lines.append(f"refused {argument}: {e}".split("\n")[0])
         lines.append(f"seconds {time.time() - start:.2f}")
+    # A part field or the scale out of bounds on rank 1 (the step's size, part[1], still known).
+    for step, (argument, field, bad) in enumerate((("part[2]", 2, s["R"] + 1), ("scale", None, float("nan")))):
+        t, first, group = half(s, rank)
+        part = [30 + step, s["R"], first, group]
+        scale = float(WORLD)
+        if rank == 1:
+            if field is None:
+                scale = bad
+            else:
+                part[field] = bad
+        try:
+            plan_and_loss(reco, "grpo", t, part, scale=scale)
+            lines.append(f"refused {argument}: no error")
+        except (RuntimeError, ValueError) as e:  # reco::error arrives as either
+            lines.append(f"refused {argument}: {e}".split("\n")[0])
     # The sums altered after the all-reduce on rank 1 (grpo: its only stage before the confirmation).
     t, first, group = half(s, rank)
 

@@ -127,6 +127,27 @@ reco::step_part part_of(const std::vector<int64_t>& part, double scale) {
   return p;
 }
 
+// A part whose fields or scale fail their bounds while the step's size (part[1]) is known: it
+// joins the step's collectives with its refusal (docs/distributed.md, "Failing alike") instead of
+// raising before them; `refused` holds the error, `part` the step as far as it is known.
+struct checked_part {
+  reco::step_part part;
+  c10::optional<reco::error> refused;
+};
+checked_part checked_part_of(const std::vector<int64_t>& part, double scale) {
+  checked_part c;
+  try {
+    c.part = part_of(part, scale);
+  } catch (const reco::error& e) {
+    if (part.size() != 4 || part[1] < 0 || part[1] > reco::detail::max_step_responses) throw;  // size unknown
+    c.refused = e;
+    c.part.step.id = static_cast<std::uint64_t>(part[0]);
+    c.part.step.responses = part[1];
+    c.part.step.scale = 1.0;
+  }
+  return c;
+}
+
 at::Tensor plan_summary_op(const std::string& preset, const std::vector<int64_t>& part, double scale,
                            const std::vector<at::Tensor>& summaries, const at::Tensor& logp,
                            const c10::optional<at::Tensor>& old_logp, const c10::optional<at::Tensor>& ref_logp,
@@ -142,7 +163,9 @@ at::Tensor plan_summary_op(const std::string& preset, const std::vector<int64_t>
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
                 token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
-  return reco::torch::plan_summary(preset, overrides_of(overrides), part_of(part, scale), in, summaries);
+  const checked_part p = checked_part_of(part, scale);
+  return reco::torch::plan_summary(preset, overrides_of(overrides), p.part, in, summaries,
+                                   reco::torch::plan_passes::automatic, p.refused ? &*p.refused : nullptr);
 }
 
 std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
@@ -160,7 +183,11 @@ std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
                 token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
   reco::torch::policy_output out =
-      reco::torch::policy_loss(preset, in, overrides_of(overrides), part_of(part, scale), summaries);
+      [&] {
+        const checked_part p = checked_part_of(part, scale);
+        return reco::torch::policy_loss(preset, in, overrides_of(overrides), p.part, summaries,
+                                        p.refused ? &*p.refused : nullptr);
+      }();
   return {out.loss, out.stats_tensor};
 }
 

@@ -539,7 +539,7 @@ reco::step_plan plan_from_summaries_here(const detail::plan_ops& ops, const reco
 
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
                         const reco::step_part& part_in, const policy_inputs& in, const std::vector<at::Tensor>& summed,
-                        plan_passes passes) {
+                        plan_passes passes, const reco::error* refused) {
   const bool given = in.gives_advantages();
   const detail::objective_needs needs =
       detail::preset_needs(preset, overrides, given, in.token_advantages.defined() && !in.advantages.defined());
@@ -555,6 +555,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
     // all-reduce: the part sends its refusal instead, and every rank raises it from the sums.
     refused_here() = refusal_record{};
     try {
+      if (refused) throw *refused;
       const plan_input q = plan_input_of(in, ops, needs, device, passes);
       s = ops.summarize(q.request(), part, q.tokens(), nullptr, reco::window_sampling{});
     } catch (const reco::error& e) {
@@ -567,6 +568,7 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
     }
   } else {
     const reco::step_plan plan = plan_from_summaries_here(ops, part.step, summed);
+    if (refused) throw *refused;  // the sums carry no refusal: they are not this step's
     if (plan.complete()) return at::empty({0}, at::TensorOptions().dtype(at::kDouble).device(device));
     const plan_input q = plan_input_of(in, ops, needs, device, passes);
     s = ops.round(plan, q.request(), part, nullptr, q.tokens());  // stateless: the round reads the data
@@ -576,13 +578,14 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
 
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const reco::step_part& part_in,
-                          const std::vector<at::Tensor>& summed) {
+                          const std::vector<at::Tensor>& summed, const reco::error* refused) {
   reco::step_part part = part_in;
   part.step.config = detail::config_digest(preset, overrides);
   planned_step plan;
   const bool given = in.gives_advantages();
   const bool cuda = in.logp.defined() && in.logp.is_cuda();
   plan.plan = plan_from_summaries_here(detail::plan_ops_on(preset, overrides, given, cuda), part.step, summed);
+  if (refused) throw *refused;
   plan.parts = {part};
   return policy_loss(preset, in, overrides, plan, 0);
 }

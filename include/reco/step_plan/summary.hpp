@@ -84,7 +84,8 @@ inline constexpr int plan_status_bits = 24;
 inline constexpr const char* refusal_arguments[] = {
     "logp", "old_logp", "ref_logp", "entropy", "mask", "offsets", "rewards", "advantages", "token_advantages",
     "group_offsets", "prompt_ids", "token_weights", "response_weights", "rollout_logp", "group_size",
-    "layout.offsets", "layout.responses", "layout.max_length", "part.first_response", "part.first_group"};
+    "layout.offsets", "layout.responses", "layout.max_length", "part.first_response", "part.first_group",
+    "part[0]", "part[2]", "part[3]", "scale"};
 inline constexpr std::size_t refusal_argument_count = sizeof(refusal_arguments) / sizeof(refusal_arguments[0]);
 inline double refusal_code(const std::string& argument) {
   const std::string bare = argument.compare(0, 6, "batch.") == 0 ? argument.substr(6) : argument;

@@ -128,13 +128,16 @@ policy_output policy_loss(const std::string& preset, const policy_inputs& in,
 // `summed` holds the summed summaries of the stages so far. plan_summary returns this micro-
 // batch's summary of the next stage (stage 0 when summed is empty), or an empty tensor when the
 // plan is complete; the planned policy_loss runs the micro-batch with the plan those summaries
-// give. part.step.config is set from the preset and overrides.
+// give. part.step.config is set from the preset and overrides. What is wrong with the part's
+// inputs is not raised before the caller's collective: at stage 0 the part sends its refusal
+// (reco::refusal_summary), and every part raises it from the sums of the next call. `refused`: an
+// error the caller found in the part's own fields (its bounds, the scale), sent the same way.
 at::Tensor plan_summary(const std::string& preset, const std::map<std::string, double>& overrides,
                         const reco::step_part& part, const policy_inputs& in, const std::vector<at::Tensor>& summed,
-                        plan_passes passes = plan_passes::automatic);
+                        plan_passes passes = plan_passes::automatic, const reco::error* refused = nullptr);
 policy_output policy_loss(const std::string& preset, const policy_inputs& in,
                           const std::map<std::string, double>& overrides, const reco::step_part& part,
-                          const std::vector<at::Tensor>& summed);
+                          const std::vector<at::Tensor>& summed, const reco::error* refused = nullptr);
 
 }  // namespace torch
 RECO_NAMESPACE_END
