@@ -160,7 +160,7 @@ std::uint64_t config_digest(const std::string& preset, const std::map<std::strin
 std::uint64_t protocol_id(std::uint64_t salt) {
   using namespace reco::detail;
   const std::uint64_t parts[] = {1, plan_header, plan_fields, plan_histogram, plan_status_bits, covariance_slots,
-                                 reco::step_plan::confirm_body, salt};
+                                 reco::step_plan::confirm_body, refusal_argument_count, salt};
   return fnv(1469598103934665603ull, parts, sizeof parts) & 0x7fffffffffffffffull;
 }
 
