@@ -44,6 +44,8 @@ class error : public std::invalid_argument {
   error(std::string argument, const std::string& what)
       : std::invalid_argument("reco: " + argument + ": " + what), argument_(std::move(argument)) {}
   const std::string& argument() const noexcept { return argument_; }
+  // What follows "reco: <argument>: " in what(): the words, to raise again under another name.
+  std::string message() const { return std::string(what() + 8 + argument_.size()); }
 
  private:
   std::string argument_;

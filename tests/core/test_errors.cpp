@@ -69,6 +69,16 @@ std::string run_case(const Obj& obj, typed_batch<float>& tb, const std::function
   });
 }
 
+// reco::error: "reco: <argument>: <words>", the words alone as message() (to raise again under
+// another argument's name).
+TEST(Errors, MessageIsTheWordsAfterTheArgument) {
+  const reco::error e("batch.rewards", "has shape [3]");
+  EXPECT_STREQ(e.what(), "reco: batch.rewards: has shape [3]");
+  EXPECT_EQ(e.argument(), "batch.rewards");
+  EXPECT_EQ(e.message(), "has shape [3]");
+  EXPECT_EQ(reco::error("", "").message(), "");
+}
+
 TEST(Errors, SizesAndRequiredInputs) {
   fixture f;
   typed_batch<float> tb(f.m);

@@ -52,9 +52,7 @@ auto python_names(F&& f) -> decltype(f()) {
   } catch (const reco::error& e) {
     const std::string& arg = e.argument();
     if (arg.rfind("params.", 0) != 0) throw;
-    const std::string prefix = "reco: " + arg + ": ";
-    const std::string what = e.what();
-    throw reco::error(arg.substr(7), what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+    throw reco::error(arg.substr(7), e.message());
   }
 }
 

@@ -28,8 +28,7 @@ inline objective_needs preset_needs(const std::string& preset, const override_ma
     return preset_needs(preset, overrides, given_advantages);
   } catch (const reco::error& e) {
     if (!per_token || e.argument() != "advantages") throw;
-    const std::string what = e.what(), prefix = "reco: advantages: ";
-    throw reco::error("token_advantages", what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what);
+    throw reco::error("token_advantages", e.message());
   }
 }
 

@@ -178,8 +178,7 @@ struct rank_error {
     if (failed) return;
     failed = true;
     argument = e.argument();
-    const std::string what = e.what(), prefix = "reco: " + argument + ": ";
-    message = what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
+    message = e.message();
   }
   void write(std::int64_t* slots) const {
     char text[error_slots * 8] = {};
@@ -190,9 +189,7 @@ struct rank_error {
   // The refusal every rank raises from the summed summaries (`summed`), with this rank's own error
   // after it: the same argument and words on every rank, the details where they arose.
   [[noreturn]] void rethrow_with(const reco::error& summed) const {
-    const std::string what = summed.what(), prefix = "reco: " + summed.argument() + ": ";
-    const std::string words = what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
-    throw reco::error(summed.argument(), words + "; on this rank: " + argument + ": " + message);
+    throw reco::error(summed.argument(), summed.message() + "; on this rank: " + argument + ": " + message);
   }
   static rank_error read(const std::int64_t* slots) {
     char text[error_slots * 8 + 1] = {};
