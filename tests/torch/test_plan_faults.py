@@ -4,8 +4,7 @@ docs/distributed.md. A bad value in each kind of input on one rank, a rank whose
 is altered after the all-reduce, ranks with different step ids, and inputs one rank cannot
 summarise (a shape, a missing input, a dtype): every rank raises the same error (the same argument
 and message; the refusing rank adds its own error) from the same call, and none waits for the
-group's timeout. Runs on Debian's torch 1.13 and PyPI's torch 2.x alike (only torch.distributed's basic
-API).
+group's timeout. Uses only torch.distributed's basic API (any torch of 1.13 or later).
 
 Usage: python3 test_plan_faults.py <path to libreco_torch_ops.so>
 """
