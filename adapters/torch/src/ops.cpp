@@ -182,12 +182,9 @@ std::tuple<at::Tensor, at::Tensor> planned_policy_loss_op(
       inputs_of(logp, old_logp, ref_logp, entropy, mask, offsets, rewards, advantages, group_offsets, prompt_ids,
                 token_weights, response_weights, rollout_logp, token_advantages);
   in.group_size = group_size;
-  reco::torch::policy_output out =
-      [&] {
-        const checked_part p = checked_part_of(part, scale);
-        return reco::torch::policy_loss(preset, in, overrides_of(overrides), p.part, summaries,
-                                        p.refused ? &*p.refused : nullptr);
-      }();
+  const checked_part p = checked_part_of(part, scale);
+  reco::torch::policy_output out = reco::torch::policy_loss(preset, in, overrides_of(overrides), p.part, summaries,
+                                                            p.refused ? &*p.refused : nullptr);
   return {out.loss, out.stats_tensor};
 }
 

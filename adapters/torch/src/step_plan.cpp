@@ -399,8 +399,7 @@ planned_step build_step_plan_impl(const c10::intrusive_ptr<c10d::ProcessGroup>& 
     // With no ops (an early error) and a given layout, the size is unknown: this rank leaves, and
     // the others fail naming the process group after its timeout.
     if (!ops.refusal) throw reco::error(mine_error.argument, mine_error.message);
-    reco::step_summary failed = ops.refusal(step, mine_error.argument);
-    total_summary = std::move(failed);
+    total_summary = ops.refusal(step, mine_error.argument);
   } else {
     // Each micro-batch's place in the step, and the summaries' place.
     for (reco::step_part& part : out.parts) {
@@ -551,17 +550,18 @@ at::Tensor plan_summary(const std::string& preset, const std::map<std::string, d
     // What this part's rank finds wrong with its inputs is not thrown here, before the caller's
     // all-reduce: the part sends its refusal instead, and every rank raises it from the sums.
     refused_here() = refusal_record{};
+    auto refuse = [&](const reco::error& e) {
+      refused_here().keep(part.step, e);
+      s = ops.refusal(part.step, e.argument());
+    };
     try {
       if (refused) throw *refused;
       const plan_input q = plan_input_of(in, ops, needs, device, passes);
       s = ops.summarize(q.request(), part, q.tokens(), nullptr, reco::window_sampling{});
     } catch (const reco::error& e) {
-      refused_here().keep(part.step, e);
-      s = ops.refusal(part.step, e.argument());
+      refuse(e);
     } catch (const c10::Error& e) {
-      const reco::error named("micro_batches", std::string("could not be converted: ") + e.what_without_backtrace());
-      refused_here().keep(part.step, named);
-      s = ops.refusal(part.step, named.argument());
+      refuse(reco::error("micro_batches", std::string("could not be converted: ") + e.what_without_backtrace()));
     }
   } else {
     const reco::step_plan plan = plan_from_summaries_here(ops, part.step, summed);
