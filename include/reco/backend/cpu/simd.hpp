@@ -250,8 +250,9 @@ RECO_SIMD_INLINE pack<W> select(const mask<W>& m, const pack<W>& a, const pack<W
 }
 
 // a < b ? a : b and a > b ? a : b per lane: x86's minpd / maxpd (one instruction where GCC
-// would otherwise spell out the select). Only for the unit's own instruction set: the
-// dispatched variants use the select (GCC and Clang reject the wider intrinsics there).
+// would otherwise spell out the select): the intrinsic for the unit's own instruction set, the
+// instruction in asm for the dispatched variants' wider packs (GCC and Clang reject the wider
+// intrinsics there).
 template <int W>
 RECO_SIMD_INLINE pack<W> min_of(const pack<W>& a, const pack<W>& b) {
   typedef typename pack<W>::raw raw;
@@ -264,6 +265,16 @@ RECO_SIMD_INLINE pack<W> min_of(const pack<W>& a, const pack<W>& b) {
 #endif
 #if defined(__SSE2__)
   if constexpr (W == 2) return pack<W>((raw)_mm_min_pd((__m128d)a.v, (__m128d)b.v));
+#endif
+#if RECO_SIMD_OPAQUE_MASKS
+  // The dispatched variants' wider packs: the instruction through asm (their intrinsics cannot be
+  // inlined here).
+  if constexpr ((W == 8 || W == 4) && fits_register<8 * W>) {
+    raw r;
+    if constexpr (W == 8) __asm__("vminpd %2, %1, %0" : "=v"(r) : "v"(a.v), "v"(b.v));
+    else __asm__("vminpd %2, %1, %0" : "=x"(r) : "x"(a.v), "x"(b.v));
+    return pack<W>(r);
+  }
 #endif
   return select(a < b, a, b);
 }
@@ -279,6 +290,16 @@ RECO_SIMD_INLINE pack<W> max_of(const pack<W>& a, const pack<W>& b) {
 #endif
 #if defined(__SSE2__)
   if constexpr (W == 2) return pack<W>((raw)_mm_max_pd((__m128d)a.v, (__m128d)b.v));
+#endif
+#if RECO_SIMD_OPAQUE_MASKS
+  // The dispatched variants' wider packs: the instruction through asm (their intrinsics cannot be
+  // inlined here).
+  if constexpr ((W == 8 || W == 4) && fits_register<8 * W>) {
+    raw r;
+    if constexpr (W == 8) __asm__("vmaxpd %2, %1, %0" : "=v"(r) : "v"(a.v), "v"(b.v));
+    else __asm__("vmaxpd %2, %1, %0" : "=x"(r) : "x"(a.v), "x"(b.v));
+    return pack<W>(r);
+  }
 #endif
   return select(a > b, a, b);
 }
@@ -573,15 +594,32 @@ RECO_SIMD_INLINE fpack<L> select(const fmask<L>& m, const fpack<L>& a, const fpa
   typedef typename fmask<L>::raw bits;
   return fpack<L>((typename fpack<L>::raw)((m.v & (bits)a.v) | (~m.v & (bits)b.v)));
 }
-// a < b ? a : b and a > b ? a : b per lane (NaN in either gives b, as minps / maxps).
+// a < b ? a : b and a > b ? a : b per lane (NaN in either gives b, as minps / maxps): one
+// minps / maxps where a register of the code holds the pack (the select is a compare, a mask
+// move and a blend). Through asm, so that the dispatched variants get it too (their intrinsics
+// cannot be inlined into this function).
+#if RECO_SIMD_OPAQUE_MASKS
+#define RECO_SIMD_MINMAX_PS(op, L, a, b)                                                          \
+  if constexpr (fits_register<4 * L> && (L == 16 || L == 8)) {                                 \
+    typename fpack<L>::raw r;                                                                  \
+    if constexpr (L == 16) __asm__(op " %2, %1, %0" : "=v"(r) : "v"(a.v), "v"(b.v));           \
+    else __asm__(op " %2, %1, %0" : "=x"(r) : "x"(a.v), "x"(b.v));                              \
+    return fpack<L>(r);                                                                        \
+  }
+#else
+#define RECO_SIMD_MINMAX_PS(op, L, a, b)
+#endif
 template <int L>
 RECO_SIMD_INLINE fpack<L> min_of(const fpack<L>& a, const fpack<L>& b) {
+  RECO_SIMD_MINMAX_PS("vminps", L, a, b)
   return select(a < b, a, b);
 }
 template <int L>
 RECO_SIMD_INLINE fpack<L> max_of(const fpack<L>& a, const fpack<L>& b) {
+  RECO_SIMD_MINMAX_PS("vmaxps", L, a, b)
   return select(a > b, a, b);
 }
+#undef RECO_SIMD_MINMAX_PS
 
 // exp and expm1 in float, the reduction of the double ones above: x = k ln2 + r, |r| <= ln2 / 2,
 // ln2 split so that k ln2_hi is exact for every |k| <= 150 the clamp lets through, expm1(r) =
