@@ -72,13 +72,28 @@ struct packed_kernel {
       (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) &&
       kl_ok<std::decay_t<decltype(term_of(std::declval<const typename Obj::kl_type&>()))>>::value;
 
-  // Per-lane partial sums of one segment (doubles; the ratio's min and max in the pack's type,
-  // exact either way).
+  // Per-lane partial sums of one segment: the loss parts and the sums of inputs (entropies) in
+  // double, added pack by pack; the sums of the diagnostics' per-token terms in the pack's type
+  // over at most `block` packs (`part`), then added into their double sums (docs/conventions.md,
+  // "Precision"); the ratio's min and max in the pack's type, exact either way.
+  static constexpr int block = 8;
   struct lane_sums {
-    D policy, ppo_kl, ratio_sum;
+    D policy, kl, entropy;
+    D ppo_kl, ratio_sum, entropy_kept, variance;
+    struct diagnostic_part {
+      P ppo_kl = P(0.0), ratio_sum = P(0.0), variance = P(0.0);
+    } part;
+    int part_packs = 0;
     P ratio_min = P(huge_value), ratio_max = P(-huge_value);
-    D entropy_kept, kl, entropy, variance;
     C valid, policy_tokens, clipped, dual;
+    // The diagnostics' block sums into their double sums.
+    RECO_SIMD_INLINE void flush() {
+      simd::accumulate(ppo_kl, part.ppo_kl);
+      simd::accumulate(ratio_sum, part.ratio_sum);
+      simd::accumulate(variance, part.variance);
+      part = diagnostic_part{};
+      part_packs = 0;
+    }
   };
 
   static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
@@ -106,6 +121,7 @@ struct packed_kernel {
       for (; t + L <= end; t += L) step<true>(f, v, t, L, diag, acc);
       if (t < end) step<false>(f, v, t, static_cast<int>(end - t), diag, acc);
       if (diag) {
+        acc.flush();
         p.var_sum[third] += simd::sum_lanes(acc.variance);
         p.var_count[third] += acc.valid.total() - valid_before;
       }
@@ -184,12 +200,14 @@ struct packed_kernel {
     if (diag) {
       acc.clipped.add(k.clipped);
       acc.dual.add(k.dual);
-      simd::accumulate(acc.ppo_kl, k.ppo_kl);
-      simd::accumulate(acc.ratio_sum, simd::select(policy, k.x, P(0.0)));
+      auto& part = acc.part;
+      part.ppo_kl += k.ppo_kl;
+      part.ratio_sum += simd::select(policy, k.x, P(0.0));
       acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
       acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
       if (b.entropy) simd::accumulate(acc.entropy_kept, simd::select(policy, c.entropy, P(0.0)));
-      simd::accumulate(acc.variance, token_variance(c.logp, valid));
+      part.variance += token_variance(c.logp, valid);
+      if (++acc.part_packs == block) acc.flush();
     }
     if constexpr (Obj::kl_type::active) simd::accumulate(acc.kl, k.kl);  // 0 while a selectable term is off
     if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
