@@ -213,6 +213,7 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
 // parts' candidates instead).
 struct covariance_buffers {
   std::vector<double> value;
+  std::vector<double> keys;  // the candidates' values, for the order statistic
   std::vector<std::uint8_t> in;
   std::vector<covariance_sums> sums;  // per response
   void size_for(index_t tokens) {
@@ -244,16 +245,35 @@ index_t covariance_select(const Backend& be, const Obj& obj, const batch_pointer
   if (k == 0) return 0;
   covariance_finish(m);
   covariance_values(obj, b, r.adv, m, 0, buf.value.data(), buf.in.data());
-  std::vector<index_t> cand;
-  for (index_t t = 0; t < N; ++t)
-    if (buf.in[static_cast<std::size_t>(t)]) cand.push_back(t);
-  const std::size_t take = std::min(static_cast<std::size_t>(k), cand.size());
   const double* v = buf.value.data();
-  if (take < cand.size())  // the largest values; on equal values the earlier token
-    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
-                     [v](index_t x, index_t y) { return v[x] != v[y] ? v[x] > v[y] : x < y; });
-  for (std::size_t j = 0; j < take; ++j) flags[cand[j]] = 1;
-  return static_cast<index_t>(take);
+  const std::uint8_t* in = buf.in.data();
+  // The candidates' values, contiguous: the backend's order statistic (O(n), it permutes them)
+  // gives the take-th largest, the cut.
+  buf.keys.resize(static_cast<std::size_t>(N));
+  index_t n = 0;
+  for (index_t t = 0; t < N; ++t) {
+    buf.keys[static_cast<std::size_t>(n)] = v[t];
+    n += in[t] != 0;
+  }
+  const index_t take = std::min(k, n);
+  if (take == n) {
+    for (index_t t = 0; t < N; ++t) flags[t] = in[t] != 0;
+    return take;
+  }
+  const index_t rank = n - take;  // ascending rank of the take-th largest
+  double cut = 0;
+  be.order_statistics(buf.keys.data(), n, &rank, 1, &cut);
+  // The values above the cut, then the earliest tokens on it until `take` are kept: the largest
+  // values, the earlier token first on equal values.
+  index_t above = 0;
+  for (index_t t = 0; t < N; ++t) above += (in[t] != 0) & (v[t] > cut);
+  index_t ties = take - above;
+  for (index_t t = 0; t < N; ++t) {
+    const bool on_cut = in[t] != 0 && v[t] == cut && ties > 0;
+    ties -= on_cut;
+    flags[t] = static_cast<std::uint8_t>((in[t] != 0 && v[t] > cut) || on_cut);
+  }
+  return take;
 }
 
 // KL-Cov: + coef |logp - old_logp| on the selected tokens' policy term, with the policy term's
