@@ -1,6 +1,6 @@
 // The 80/20 rule's selection on the CPU backend against naive references: the backend's order
 // statistics (sampled selection for large n, nested nth_element for small n) against a sorted
-// copy, and the cut and kept flags (compute_cut + mark_kept) against a sort-and-count reference,
+// copy, the radix selection over float values against sorted keys, and the cut and kept flags (compute_cut + mark_kept) against a sort-and-count reference,
 // on data with many ties (-0.0 and +0.0 among them), all-equal keys, sorted and periodic layouts.
 #include <gtest/gtest.h>
 
@@ -69,6 +69,42 @@ TEST(Selection, OrderStatisticsMatchSortedCopy) {
           const double want = (r < 0 || r >= n) ? 0.0 : sorted[static_cast<std::size_t>(r)];
           EXPECT_TRUE(out[j] == want) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << r
                                       << " got " << out[j] << " want " << want;
+        }
+      }
+    }
+  }
+}
+
+// The radix selection over the valid entries of float values (the 80/20 cut's on reco::cpu)
+// against a sorted copy of the generic path's keys: the valid values, +inf for masked tokens.
+TEST(Selection, MaskedFloatOrderStatisticsMatchSortedKeys) {
+  std::mt19937_64 rng(13);
+  const index_t sizes[] = {1, 2, 3, 100, 50000, 300001};
+  for (const index_t n : sizes) {
+    for (const pattern pat : all_patterns) {
+      const std::vector<double> d = make_keys(pat, n, rng);
+      const std::vector<float> values(d.begin(), d.end());
+      std::vector<std::uint8_t> mask(values.size());
+      std::bernoulli_distribution drop(0.2);
+      for (auto& m : mask) m = drop(rng) ? 0 : 3;  // any nonzero byte is valid
+      for (const bool masked : {false, true}) {
+        std::vector<double> keys(values.size());
+        for (std::size_t t = 0; t < values.size(); ++t)
+          keys[t] = (!masked || mask[t]) ? static_cast<double>(values[t]) : HUGE_VAL;
+        std::sort(keys.begin(), keys.end());
+        std::uniform_int_distribution<index_t> any(0, n - 1);
+        const index_t r = any(rng), p80 = static_cast<index_t>(0.8 * static_cast<double>(n - 1));
+        const std::vector<std::vector<index_t>> rank_sets = {{0, n - 1}, {p80, std::min(p80 + 1, n - 1)},
+                                                             {r, r}, {-1, n}, {n - 1, 0}};
+        for (const auto& ranks : rank_sets) {
+          double out[2] = {7.0, 7.0};
+          reco::cpu{}.masked_order_statistics(values.data(), masked ? mask.data() : nullptr, n, ranks.data(), 2, out);
+          for (int j = 0; j < 2; ++j) {
+            const index_t rk = ranks[static_cast<std::size_t>(j)];
+            const double want = (rk < 0 || rk >= n) ? 0.0 : keys[static_cast<std::size_t>(rk)];
+            EXPECT_TRUE(out[j] == want) << "n=" << n << " pattern=" << static_cast<int>(pat) << " masked=" << masked
+                                        << " rank=" << rk << " got " << out[j] << " want " << want;
+          }
         }
       }
     }

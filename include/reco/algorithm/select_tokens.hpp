@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/detail/math.hpp"
@@ -20,6 +22,14 @@ struct fill_keys_fn {
   double* keys;
   RECO_HOST_DEVICE void operator()(index_t t) const {
     keys[t] = (mask == nullptr || mask[t] != 0) ? static_cast<double>(values[t]) : HUGE_VAL;
+  }
+  // Host form for reco::cpu: the same keys over [b, e), a loop without branches.
+  void run_range(index_t b, index_t e) const {
+    if (mask == nullptr) {
+      for (index_t t = b; t < e; ++t) keys[t] = static_cast<double>(values[t]);
+    } else {
+      for (index_t t = b; t < e; ++t) keys[t] = mask[t] != 0 ? static_cast<double>(values[t]) : HUGE_VAL;
+    }
   }
 };
 
@@ -167,6 +177,21 @@ struct kept_fn {
     if (h == c.value) keep = c.ties < 0 || tie_rank == nullptr || tie_rank[t] < c.ties;
     kept[t] = keep ? 1 : 0;
   }
+  // Host form for reco::cpu: the same flags over [b, e); where every tie is kept, a loop without
+  // branches.
+  void run_range(index_t b, index_t e) const {
+    const entropy_cut& c = s->cut;
+    if (c.ties >= 0 && tie_rank != nullptr) {
+      for (index_t t = b; t < e; ++t) (*this)(t);
+      return;
+    }
+    const double cut = c.value;
+    if (mask == nullptr) {
+      for (index_t t = b; t < e; ++t) kept[t] = static_cast<double>(values[t]) >= cut;
+    } else {
+      for (index_t t = b; t < e; ++t) kept[t] = (mask[t] != 0) & (static_cast<double>(values[t]) >= cut);
+    }
+  }
 };
 
 struct set_cut_fn {
@@ -191,6 +216,16 @@ struct kept_count_fn {
   }
 };
 
+// Whether backend B selects among the valid entries of float values directly (reco::cpu), so that
+// the cut needs no key per token.
+template <class B, class = void>
+struct has_masked_order_statistics : std::false_type {};
+template <class B>
+struct has_masked_order_statistics<
+    B, std::void_t<decltype(std::declval<const B&>().masked_order_statistics(
+           std::declval<const float*>(), std::declval<const std::uint8_t*>(), index_t{}, std::declval<const index_t*>(),
+           int{}, std::declval<double*>()))>> : std::true_type {};
+
 // The cut over a population of n entropies (mask may be null) into s->cut.
 // Scratch: keys (n doubles). population: the number of valid entries, in backend memory.
 template <class Backend, class T>
@@ -204,9 +239,14 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
     be.for_each(1, set_cut_fn{s, given});
     return;
   }
-  be.for_each(n, fill_keys_fn<T>{values, mask, keys});
-  be.for_each(1, cut_ranks_fn{s, population, p});
-  be.order_statistics(keys, n, s->select_ranks, 2, s->select_values);
+  if constexpr (std::is_same_v<T, float> && has_masked_order_statistics<Backend>::value) {
+    be.for_each(1, cut_ranks_fn{s, population, p});
+    be.masked_order_statistics(values, mask, n, s->select_ranks, 2, s->select_values);
+  } else {
+    be.for_each(n, fill_keys_fn<T>{values, mask, keys});
+    be.for_each(1, cut_ranks_fn{s, population, p});
+    be.order_statistics(keys, n, s->select_ranks, 2, s->select_values);
+  }
   be.for_each(1, cut_value_fn{s, population, s->select_values, p});
   if (p.rule == selection_rule::top_k) {
     be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &s->cut_counts);

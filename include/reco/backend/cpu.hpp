@@ -22,6 +22,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 #endif
 
+#include "reco/backend/cpu/float_order_statistics.hpp"
 #include "reco/backend/cpu/packed_covariance.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
 #include "reco/backend/cpu/packed_scan.hpp"
@@ -47,6 +48,13 @@ template <class F, class Acc>
 struct has_reduce_range<F, Acc,
                         std::void_t<decltype(std::declval<const F&>().reduce_range(std::declval<Acc&>(), index_t{},
                                                                                     index_t{}))>> : std::true_type {};
+
+// f.run_range(b, e): f(b) .. f(e - 1), the same writes (a form the compiler vectorises).
+template <class F, class = void>
+struct has_run_range : std::false_type {};
+template <class F>
+struct has_run_range<F, std::void_t<decltype(std::declval<const F&>().run_range(index_t{}, index_t{}))>>
+    : std::true_type {};
 
 // The ranks[j]-th smallest of keys[0, n) for the m ranks taken in ascending order (order[] lists
 // the slots of out by ascending rank, every rank in [0, n)); keys are permuted. Sorting rank r
@@ -200,6 +208,16 @@ struct cpu {
   template <class F>
   void for_each_index(index_t n, F f) const {
     if (n <= 0) return;
+    if constexpr (detail::has_run_range<F>::value) {
+      if (serial || n < serial_below) {
+        f.run_range(0, n);
+        return;
+      }
+      constexpr index_t block = 1024;
+      thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), (n + block - 1) / block,
+                         [=](index_t c) { f.run_range(c * block, std::min(n, (c + 1) * block)); });
+      return;
+    }
     if (serial || n == 1) {
       for (index_t i = 0; i < n; ++i) f(i);
       return;
@@ -314,6 +332,13 @@ struct cpu {
       if (ranks[j] < 0 || ranks[j] >= n) continue;
       out[j] = valid_out[w++];
     }
+  }
+
+  // The same over the valid entries of float values (masked ones count as +inf), without a key
+  // per token: a radix selection on the floats' bits (reco/backend/cpu/float_order_statistics.hpp).
+  void masked_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks, int m,
+                               double* out) const {
+    detail::masked_float_order_statistics(values, mask, n, ranks, m, out);
   }
 
   // Sorts each response's slice [begin_i, end_i) of keys ascending.
