@@ -406,6 +406,46 @@ TEST(LinearLogpEntropyShards, PartsMergedEqualWhole) {
   }
 }
 
+// A non-finite weight is refused naming its row, whatever W's layout (row-major, padded rows,
+// column-major through a transposed view), for float and double, the unaddressed padding NaN.
+template <class T>
+void expect_weight_row_refused() {
+  const index_t N = 3, H = 37, V = 21;  // H and V not multiples of any vector width
+  const auto p = make_problem<T>(N, H, V, 2, false);
+  std::vector<T> logp(N), ent(N), lse(N);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  struct layout {
+    const char* name;
+    index_t row, col;
+  };
+  for (const layout l : {layout{"row-major", H, 1}, layout{"padded rows", H + 3, 1}, layout{"column-major", 1, V + 2}})
+    for (const index_t bad_row : {index_t(0), index_t(13), V - 1})
+      for (const T bad : {nan, std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity()}) {
+        SCOPED_TRACE(std::string(l.name) + " row " + std::to_string(bad_row));
+        std::vector<T> w(static_cast<std::size_t>((V - 1) * l.row + (H - 1) * l.col + 1), nan);
+        for (index_t v = 0; v < V; ++v)
+          for (index_t k = 0; k < H; ++k) w[v * l.row + k * l.col] = p.ws[v * H + k];
+        auto in = operands_of(p, false);
+        in.weight = w.data(), in.weight_stride_row = l.row, in.weight_stride_col = l.col;
+        // Unaddressed padding holds NaN: a finite W passes.
+        EXPECT_NO_THROW(rl::linear_forward(rl::cblas_gemm{}, in, rl::linear_options{},
+                                           rl::linear_outputs<T>{logp.data(), ent.data(), lse.data()}));
+        w[bad_row * l.row + (H - 2) * l.col] = bad;
+        try {
+          rl::linear_forward(rl::cblas_gemm{}, in, rl::linear_options{}, rl::linear_outputs<T>{logp.data(), ent.data(), lse.data()});
+          ADD_FAILURE() << "no error";
+        } catch (const reco::error& e) {
+          EXPECT_EQ(e.argument(), "weight");
+          EXPECT_NE(std::string(e.what()).find("row " + std::to_string(bad_row) + " "), std::string::npos) << e.what();
+        }
+      }
+}
+
+TEST(LinearLogpEntropyErrors, NonFiniteWeightRowInEveryLayout) {
+  expect_weight_row_refused<float>();
+  expect_weight_row_refused<double>();
+}
+
 TEST(LinearLogpEntropyErrors, NamedArguments) {
   auto p = make_problem<float>(3, 4, 6, 1, true);
   std::vector<float> logp(3), ent(3), lse(3);
