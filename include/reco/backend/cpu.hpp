@@ -82,6 +82,23 @@ inline void nested_order_statistics(double* keys, index_t n, const index_t* rank
   }
 }
 
+// The sampled selection's counting pass: the keys below lo and inside [lo, hi]. A kernel of
+// simd::run_widest so that its branch-free loop is vectorised for the widest instruction set:
+// compiled for the baseline (SSE2) it takes about four times as long.
+struct window_count {
+  template <int W>
+  static void run(const double* const& keys, const index_t& n, const double& lo, const double& hi, index_t& below,
+                  index_t& inside) {
+    index_t b = 0, in = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const double k = keys[i];
+      b += k < lo ? 1 : 0;
+      in += ((k >= lo) & (k <= hi)) ? 1 : 0;
+    }
+    below = b, inside = in;
+  }
+};
+
 // Selection by sampling (Floyd and Rivest): the order statistics of a spread sample bracket the
 // wanted ranks in a window [lo, hi] of values; one pass counts the keys below and inside it, and
 // when the ranks fall inside, the window's keys (a few per cent) are moved to the front and the
@@ -127,11 +144,11 @@ inline void sampled_order_statistics(double* keys, index_t n, const index_t* ran
     }
     // Count the keys below lo and in [lo, hi].
     index_t below = 0, inside = 0;
-    for (index_t i = 0; i < n; ++i) {
-      const double k = keys[i];
-      below += k < lo ? 1 : 0;
-      inside += ((k >= lo) & (k <= hi)) ? 1 : 0;
-    }
+#if RECO_SIMD
+    simd::run_widest<window_count>(keys, n, lo, hi, below, inside);
+#else
+    window_count::run<1>(keys, n, lo, hi, below, inside);
+#endif
     if (rmin < below || rmax >= below + inside || 2 * inside > n) break;  // missed, or no narrowing
     // Move the window's keys to the front (the others are not needed any more) and go on there.
     index_t c = 0;
