@@ -144,11 +144,7 @@ inline void sampled_order_statistics(double* keys, index_t n, const index_t* ran
     }
     // Count the keys below lo and in [lo, hi].
     index_t below = 0, inside = 0;
-#if RECO_SIMD
-    simd::run_widest<window_count>(keys, n, lo, hi, below, inside);
-#else
-    window_count::run<1>(keys, n, lo, hi, below, inside);
-#endif
+    simd::run_widest_loops<window_count>(keys, n, lo, hi, below, inside);
     if (rmin < below || rmax >= below + inside || 2 * inside > n) break;  // missed, or no narrowing
     // Move the window's keys to the front (the others are not needed any more) and go on there.
     index_t c = 0;

@@ -77,15 +77,6 @@ struct radix_low_keys {
     }
   }
 };
-template <class K, class... A>
-inline void run_radix_kernel(A&... a) {
-#if RECO_SIMD
-  simd::run_widest<K>(a...);
-#else
-  K::template run<1>(a...);
-#endif
-}
-
 // out[j] = the ranks[j]-th smallest of values[t] over the tokens t < n with mask[t] != 0 (mask may
 // be null: every token), as a double; masked tokens count as +inf, as the generic path's keys
 // (HUGE_VAL for a rank among them), and a rank outside [0, n) gives 0. m <= 2.
@@ -99,7 +90,7 @@ inline void masked_float_order_statistics(const float* values, const std::uint8_
     const float* v = values + t0;
     const std::uint8_t* mk = mask ? mask + t0 : nullptr;
     std::uint32_t* bk = bucket;
-    run_radix_kernel<radix_high_keys>(v, mk, len, bk);
+    simd::run_widest_loops<radix_high_keys>(v, mk, len, bk);
     for (index_t t = 0; t < len; ++t) ++high[bucket[t]];
   }
   const index_t valid = n - high[buckets];
@@ -128,7 +119,7 @@ inline void masked_float_order_statistics(const float* values, const std::uint8_
         const float* v = values + t0;
         const std::uint8_t* mk = mask ? mask + t0 : nullptr;
         std::uint32_t* sl = bucket;
-        run_radix_kernel<radix_low_keys>(v, mk, len, h, sl);
+        simd::run_widest_loops<radix_low_keys>(v, mk, len, h, sl);
         for (index_t t = 0; t < len; ++t)
           if (bucket[t] != buckets) ++low[bucket[t]];  // rarely taken: a predictable branch
       }

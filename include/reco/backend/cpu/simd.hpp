@@ -971,3 +971,19 @@ RECO_NAMESPACE_END
 #pragma GCC diagnostic pop
 
 #endif  // RECO_SIMD
+
+RECO_NAMESPACE_BEGIN
+namespace simd {
+// A scalar kernel written as plain loops (K::run<W>, W unused), run through run_widest where the
+// packs exist, so that the compiler vectorises its loops for the widest instruction set the
+// process runs; compiled once for the unit's flags otherwise.
+template <class K, class... A>
+inline void run_widest_loops(A&... a) {
+#if RECO_SIMD
+  run_widest<K>(a...);
+#else
+  K::template run<1>(a...);
+#endif
+}
+}  // namespace simd
+RECO_NAMESPACE_END
