@@ -8,7 +8,9 @@ without the ``[N, V]`` logits (docs/logits.md, "From hidden states").
 The logits ``hidden @ weight.T + bias`` are formed a chunk of tokens at a time (one GEMM), reduced
 to logp and entropy, and the backward recomputes each chunk's logits and turns them into the
 gradients of ``hidden``, ``weight`` and ``bias``: the extra memory is the chunk's workspace
-(``memory_budget`` bytes, 256 MiB by default), whatever the number of tokens. CPU tensors, and
+(``memory_budget`` bytes, 256 MiB by default), whatever the number of tokens. On the CPU a forward
+whose backward can run keeps its last chunk's logits until then (within that budget), so the
+backward skips their GEMM (``keep_last_chunk=False``: nothing is held between the two). CPU tensors, and
 CUDA tensors where the op library has the CUDA ops (cuBLAS on PyTorch's current stream). With
 ``vocab_group`` (CPU tensors), the lm_head is sharded by rows over a ``torch.distributed`` group.
 """
@@ -27,7 +29,7 @@ __all__ = ["LinearLogpEntropy", "linear_logp_entropy"]
 
 def linear_logp_entropy(hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Optional[Tensor] = None, *,
                         temperature: float = 1.0, row_mask: Optional[Tensor] = None, memory_budget: int = 0,
-                        chunk_rows: int = 0, vocab_group=None) -> Tuple[Tensor, Tensor]:
+                        chunk_rows: int = 0, vocab_group=None, keep_last_chunk: bool = True) -> Tuple[Tensor, Tensor]:
     """``logp`` and ``entropy`` of ``softmax((hidden @ weight.T + bias) / temperature)`` per row.
 
     ``hidden``: ``[N, H]`` or ``[R, T, H]``; ``weight``: ``[V, H]`` (any strides, e.g. a transposed
@@ -35,7 +37,7 @@ def linear_logp_entropy(hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Op
     float16). ``tokens``: int64 of hidden's row shape, ids in ``[0, V)``. ``row_mask``: bool of that
     shape, False rows are never read (padding) and get zero outputs and exactly zero gradient.
     ``memory_budget``: workspace bytes (0: the default of 256 MiB); ``chunk_rows`` > 0 sets the
-    tokens per chunk instead. Returns float32 tensors (float64 for float64 inputs) of hidden's row
+    tokens per chunk instead; ``keep_last_chunk``: see above. Returns float32 tensors (float64 for float64 inputs) of hidden's row
     shape, differentiable in ``hidden``, ``weight`` and ``bias``. Bad input raises an error whose
     message starts with ``reco: <argument>:``.
 
@@ -52,7 +54,7 @@ def linear_logp_entropy(hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Op
             raise TypeError("reco: vocab_group: must be a torch.distributed process group (or its group_name), got "
                             f"{type(vocab_group).__name__}")
     return _ops.linear_logp_entropy(hidden, weight, tokens, bias, float(temperature), row_mask, int(memory_budget),
-                                    int(chunk_rows), group)
+                                    int(chunk_rows), group, bool(keep_last_chunk))
 
 
 class LinearLogpEntropy(torch.nn.Module):

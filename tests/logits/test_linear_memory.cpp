@@ -1,6 +1,7 @@
 // Peak extra memory of reco::logits::linear_forward / linear_backward, measured by a hook on the
 // global operator new / delete of this binary: at N = 512, V = 32,001 the logits alone would
-// take 66 MB in float; the calls stay within their 8 MiB budget plus O(N + H).
+// take 66 MB in float; the calls stay within their 8 MiB budget plus O(N + H), also when the
+// forward keeps its last chunk's logits for the backward (held between them, then reused).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -50,7 +51,7 @@ namespace rl = reco::logits;
 using reco::index_t;
 
 template <class T>
-void check_peak() {
+void check_peak(bool keep) {
   using A = rl::accum_t<T>;
   const index_t N = 512, H = 16, V = 32001;
   std::mt19937_64 rng(3);
@@ -71,11 +72,17 @@ void check_peak() {
   EXPECT_LT(plan.chunk_rows, N);  // the logits do not fit: several chunks
   EXPECT_LE(plan.workspace_bytes, o.memory_budget);
 
+  rl::linear_kept_logits<A> kept;
   live = 0, peak = 0, counting = true;
-  rl::linear_forward(rl::cblas_gemm{}, in, o, rl::linear_outputs<A>{logp.data(), ent.data(), lse.data()});
+  rl::linear_forward(rl::cblas_gemm{}, in, o,
+                     rl::linear_outputs<A>{logp.data(), ent.data(), lse.data(), nullptr, keep ? &kept : nullptr});
+  // Between the calls: nothing held but the kept tile (one chunk's logits, within the budget).
+  const std::size_t kept_bytes = static_cast<std::size_t>(plan.chunk_rows) * V * sizeof(A);
+  EXPECT_EQ(kept.bytes(), keep ? kept_bytes : 0u);
+  EXPECT_LE(live.load(), (keep ? kept_bytes : 0u) + (std::size_t(8) << 10));
   rl::linear_gradients<T> gr;
   gr.grad_logp = g.data(), gr.grad_entropy = g.data(), gr.saved_lse = lse.data(), gr.saved_entropy = ent.data();
-  gr.dhidden = dh.data(), gr.dweight = dw.data();
+  gr.dhidden = dh.data(), gr.dweight = dw.data(), gr.kept = &kept;
   rl::linear_backward(rl::cblas_gemm{}, in, o, gr);
   counting = false;
   const std::size_t logits_bytes = static_cast<std::size_t>(N) * V * sizeof(A);
@@ -86,7 +93,9 @@ void check_peak() {
   for (index_t r = 0; r < N; ++r) ASSERT_TRUE(std::isfinite(logp[r]) && logp[r] <= 0) << r;
 }
 
-TEST(LinearLogpEntropyMemory, PeakWithinBudgetFloat) { check_peak<float>(); }
-TEST(LinearLogpEntropyMemory, PeakWithinBudgetBf16) { check_peak<reco::bf16_t>(); }
+TEST(LinearLogpEntropyMemory, PeakWithinBudgetFloat) { check_peak<float>(false); }
+TEST(LinearLogpEntropyMemory, PeakWithinBudgetBf16) { check_peak<reco::bf16_t>(false); }
+TEST(LinearLogpEntropyMemory, PeakWithinBudgetKeptFloat) { check_peak<float>(true); }
+TEST(LinearLogpEntropyMemory, PeakWithinBudgetKeptBf16) { check_peak<reco::bf16_t>(true); }
 
 }  // namespace

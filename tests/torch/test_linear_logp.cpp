@@ -1,7 +1,7 @@
 // reco::torch::linear_logp_entropy against LibTorch eager (h @ W.T + b, log_softmax, gather,
 // entropy, autograd) in float64, float32 and bfloat16; [R, T, H] slices, a transposed weight,
-// masked rows holding NaN, the upstream gradient of one output only, errors naming the user's
-// argument; and linear_policy_loss equal to policy_loss on eager logp and entropy.
+// masked rows holding NaN, the upstream gradient of one output only, the last chunk's logits kept
+// for the backward, errors naming the user's argument; and linear_policy_loss equal to policy_loss on eager logp and entropy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,6 +124,34 @@ TEST(TorchLinearLogp, OneOutputsGradientOnlyAndNoBias) {
   eager(he, we, {}, tokens, 1.0).logp.sum().backward();
   EXPECT_TRUE(at::allclose(h.grad(), he.grad(), 1e-12, 1e-12));
   EXPECT_TRUE(at::allclose(w.grad(), we.grad(), 1e-12, 1e-12));
+}
+
+// The forward keeps its last chunk's logits for the backward (the CPU default): the same values
+// and gradients as without, in one chunk and in several; a second backward (retain_graph) finds
+// them taken and recomputes them.
+TEST(TorchLinearLogp, KeptLastChunkGivesTheSameGradients) {
+  const leaves l = make_leaves(11, 7, 29, at::kFloat, 4);
+  const at::Tensor tokens = at::randint(29, {11}, at::kLong);
+  const at::Tensor g = at::randn({11}), gh = at::randn({11});
+  for (int64_t chunk : {0, 4}) {
+    SCOPED_TRACE("chunk_rows=" + std::to_string(chunk));
+    auto run = [&](bool keep, int backwards) {
+      at::Tensor h = l.h.clone().requires_grad_(true), w = l.w.clone().requires_grad_(true),
+                 b = l.b.clone().requires_grad_(true);
+      reco::torch::linear_logp_options o;
+      o.temperature = 0.8, o.chunk_rows = chunk, o.keep_last_chunk = keep;
+      auto [logp, ent] = linear_logp_entropy(h, w, tokens, b, {}, o);
+      const at::Tensor loss = (logp * g).sum() + (ent * gh).sum();
+      for (int k = 0; k < backwards; ++k) loss.backward({}, /*retain_graph=*/true);
+      return std::vector<at::Tensor>{logp.detach(), h.grad(), w.grad(), b.grad()};
+    };
+    const auto plain = run(false, 1), kept = run(true, 1), twice = run(true, 2);
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(at::allclose(kept[i], plain[i], 1e-6, 1e-7)) << i << ": " << (kept[i] - plain[i]).abs().max();
+      if (i == 0) continue;
+      EXPECT_TRUE(at::allclose(twice[i], 2 * plain[i], 1e-6, 1e-7)) << i << ": " << (twice[i] - 2 * plain[i]).abs().max();
+    }
+  }
 }
 
 void expect_error(const std::function<void()>& f, const std::string& argument) {

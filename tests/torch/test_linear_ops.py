@@ -1,6 +1,6 @@
 """reco.linear_logp_entropy and reco.LinearLogpEntropy (python/reco/linear.py) against eager
 torch (F.linear, log_softmax, gather, entropy, autograd) in float64 and float32, a padded batch with
-a mask, a transposed weight, argument errors, and the lm_head sharded by rows over a Gloo group of
+a mask, a transposed weight, the last chunk's logits kept for the backward, argument errors, and the lm_head sharded by rows over a Gloo group of
 two processes (vocab_group) against the whole lm_head.
 
 Usage: python3 test_linear_ops.py <path to libreco_torch_ops.so>   (ctest passes it): the package
@@ -68,6 +68,33 @@ class LinearLogpEntropyTest(unittest.TestCase):
             self.assertTrue(torch.allclose(en, en0, rtol=1e-13, atol=1e-13))
         e_lp, e_en = eager(hidden, wt.t(), None, tokens, 1.0)
         self.assertTrue(torch.allclose(lp0, e_lp, rtol=1e-12, atol=1e-12))
+
+    def test_kept_last_chunk(self):
+        # The forward keeps its last chunk's logits for the backward by default: the same gradients as
+        # without (keep_last_chunk=False), and a second backward (retain_graph) recomputes them.
+        torch.manual_seed(2)
+        head = torch.nn.Linear(6, 31, bias=True).double()
+        base = torch.randn(10, 6, dtype=torch.float64)
+        tokens = torch.randint(31, (10,))
+
+        def grads(keep, backwards, chunk):
+            hidden = base.clone().requires_grad_(True)
+            head.zero_grad()
+            lp, en = reco.linear_logp_entropy(hidden, head.weight, tokens, head.bias, temperature=0.8,
+                                              chunk_rows=chunk, keep_last_chunk=keep)
+            loss = (lp * torch.linspace(-1, 1, 10, dtype=torch.float64)).sum() + 0.3 * en.sum()
+            for _ in range(backwards):
+                loss.backward(retain_graph=True)
+            return hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()
+
+        for chunk in (0, 3):
+            plain, kept, twice = grads(False, 1, chunk), grads(True, 1, chunk), grads(True, 2, chunk)
+            for a, b, c in zip(plain, kept, twice):
+                self.assertTrue(torch.allclose(a, b, rtol=1e-12, atol=1e-13), (chunk, (a - b).abs().max()))
+                self.assertTrue(torch.allclose(2 * a, c, rtol=1e-12, atol=1e-13), (chunk, (2 * a - c).abs().max()))
+        with torch.no_grad():  # no backward can run: nothing kept, the same values
+            lp, _ = reco.linear_logp_entropy(base, head.weight, tokens, head.bias, temperature=0.8)
+        self.assertFalse(lp.requires_grad)
 
     def test_errors(self):
         h, w, t = torch.randn(4, 3), torch.randn(5, 3), torch.randint(5, (4,))

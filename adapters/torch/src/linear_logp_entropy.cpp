@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -106,6 +107,19 @@ vocab_part part_of(const c10::intrusive_ptr<c10d::ProcessGroup>& group, index_t 
 struct saved_call {
   at::Tensor hidden, weight, bias, tokens, mask;  // bias: empty ({0}) when there is none
   linear_logp_options options;
+  bool keep = false;  // keep the last chunk's logits for the backward (CPU, when one will run)
+};
+
+// The forward's kept logits (reco::logits::linear_kept_logits), carried to the backward in the
+// autograd context as a capsule; the backward takes them.
+struct kept_logits_holder : ::torch::CustomClassHolder {
+  rl::linear_kept_logits<float> f32;
+  rl::linear_kept_logits<double> f64;
+  template <class A>
+  rl::linear_kept_logits<A>& of() {
+    if constexpr (std::is_same_v<A, double>) return f64;
+    else return f32;
+  }
 };
 
 template <class T>
@@ -181,10 +195,14 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     const auto opts = at::TensorOptions().dtype(acc).device(hidden.device());
     at::Tensor logp = at::empty({N}, opts), entropy = at::empty({N}, opts), lse = at::empty({N}, opts);
     const vocab_part part = part_of(call.options.vocab_group, weight.size(0), N);
+    const auto kept = call.keep && !hidden.is_cuda() ? c10::make_intrusive<kept_logits_holder>()
+                                                     : c10::intrusive_ptr<kept_logits_holder>();
+    bool holds_kept = false;
     rl::with_dtype(dtype_of(hidden, "hidden"), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using A = rl::accum_t<T>;
-      const rl::linear_outputs<A> out{logp.data_ptr<A>(), entropy.data_ptr<A>(), lse.data_ptr<A>()};
+      const rl::linear_outputs<A> out{logp.data_ptr<A>(), entropy.data_ptr<A>(), lse.data_ptr<A>(), nullptr,
+                                      kept ? &kept->of<A>() : nullptr};
       const auto in = operands_of<T>(call, part);
 #if RECO_TORCH_WITH_CUDA
       if (hidden.is_cuda()) {
@@ -197,6 +215,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
 #endif
       if (!call.options.vocab_group) {
         rl::linear_forward(aten_gemm{}, in, core_options(call.options), out);
+        holds_kept = kept && !kept->of<A>().empty();
         return;
       }
       // Each chunk's partials: every rank's in its slot of a zero buffer, summed over ranks (one
@@ -214,6 +233,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
         rl::merge_partials(parts.data(), world, n, call.options.temperature, s);
       };
       rl::linear_forward(aten_gemm{}, in, core_options(call.options), out, reduce);
+      holds_kept = kept && !kept->of<A>().empty();
     });
     ctx->save_for_backward({hidden, weight, bias});
     ctx->saved_data["tokens"] = call.tokens;
@@ -223,6 +243,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     ctx->saved_data["chunk_rows"] = call.options.chunk_rows;
     // A capsule: the group needs no TorchScript class registration to ride along.
     if (call.options.vocab_group) ctx->saved_data["vocab_group"] = c10::IValue::make_capsule(call.options.vocab_group);
+    if (holds_kept) ctx->saved_data["kept_logits"] = c10::IValue::make_capsule(kept);
     ctx->saved_data["lse"] = lse;
     ctx->saved_data["entropy"] = entropy.clone();  // the caller may modify the returned one
     ctx->set_materialize_grads(false);
@@ -261,10 +282,18 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     at::Tensor dw = want_w ? at::zeros({V, H}, acc_opts) : at::Tensor();
     at::Tensor db = want_b ? at::zeros({V}, acc_opts) : at::Tensor();
     const vocab_part part = part_of(group, V, N);
+    // The forward's kept logits: taken by this backward (a second one, with retain_graph,
+    // recomputes them).
+    c10::intrusive_ptr<kept_logits_holder> kept;
+    if (ctx->saved_data.count("kept_logits")) {
+      kept = c10::static_intrusive_pointer_cast<kept_logits_holder>(ctx->saved_data["kept_logits"].toCapsule());
+      ctx->saved_data.erase("kept_logits");
+    }
     rl::with_dtype(dtype_of(call.hidden, "hidden"), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using A = rl::accum_t<T>;
       rl::linear_gradients<T> gr;
+      gr.kept = kept ? &kept->of<A>() : nullptr;
       gr.grad_logp = g_logp.defined() ? g_logp.data_ptr<A>() : nullptr;
       gr.grad_entropy = g_entropy.defined() ? g_entropy.data_ptr<A>() : nullptr;
       gr.saved_lse = lse.data_ptr<A>();
@@ -346,6 +375,10 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy(const at::Tensor& hidden,
     fail("tokens", "has shape " + shape_of(tokens.sizes()) + ", expected hidden's row shape " + shape_of(row_shape));
   saved_call call;
   call.options = options;
+  // Only a forward whose backward can run keeps its last chunk (not under no_grad, nor for
+  // inputs that need no gradient).
+  call.keep = options.keep_last_chunk && at::GradMode::is_enabled() &&
+              (hidden.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   call.tokens = tokens.to(at::kLong).contiguous().view({-1});
   if (row_mask.defined()) {
     if (row_mask.scalar_type() != at::kBool && row_mask.scalar_type() != at::kByte)

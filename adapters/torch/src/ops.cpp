@@ -198,12 +198,14 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_entropy_op(const at::Tensor& hidd
                                                           const at::Tensor& tokens, const c10::optional<at::Tensor>& bias,
                                                           double temperature, const c10::optional<at::Tensor>& row_mask,
                                                           int64_t memory_budget, int64_t chunk_rows,
-                                                          const c10::optional<std::string>& vocab_group) {
+                                                          const c10::optional<std::string>& vocab_group,
+                                                          bool keep_last_chunk) {
   if (memory_budget < 0) reco::detail::fail("memory_budget", "must be >= 0 (0: the default)");
   reco::torch::linear_logp_options o;
   o.temperature = temperature;
   o.memory_budget = static_cast<std::size_t>(memory_budget);
   o.chunk_rows = chunk_rows;
+  o.keep_last_chunk = keep_last_chunk;
   // The process group by its registered name (torch.distributed's ProcessGroup.group_name), as
   // torch's functional collectives take it.
   if (vocab_group.has_value()) {
@@ -259,7 +261,8 @@ TORCH_LIBRARY(reco, m) {
         "-> (Tensor, Tensor)",
         &token_logp_entropy_op);
   m.def("linear_logp_entropy(Tensor hidden, Tensor weight, Tensor tokens, Tensor? bias=None, float temperature=1.0, "
-        "Tensor? row_mask=None, int memory_budget=0, int chunk_rows=0, str? vocab_group=None) -> (Tensor, Tensor)",
+        "Tensor? row_mask=None, int memory_budget=0, int chunk_rows=0, str? vocab_group=None, "
+        "bool keep_last_chunk=True) -> (Tensor, Tensor)",
         &linear_logp_entropy_op);
   m.def("stat_names() -> str[]", &stat_names_op);
   m.def("presets() -> str[]", &presets_op);

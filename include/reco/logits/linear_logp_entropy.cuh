@@ -172,11 +172,13 @@ struct device_call {
 }  // namespace cuda_linear_detail
 
 // Forward on the device: logp, entropy, lse (and sum_p_squared when options.sum_p_squared).
+// It keeps no logits for the backward (out.keep, if given, is emptied).
 template <class T>
 void linear_forward_cuda(cublasHandle_t handle, const linear_operands<T>& in, const linear_options& options,
                          const linear_outputs<accum_t<T>>& out, void* workspace, const linear_cuda_chunking& plan,
                          cudaStream_t stream, int* error_flags = nullptr) {
   static_assert(is_logit_type_v<T>, "reco::logits: h and W must be float, double, reco::bf16_t or reco::f16_t");
+  if (out.keep) out.keep->clear();
   cuda_linear_detail::device_call<T> d{in, options, plan, handle, stream, static_cast<char*>(workspace)};
   d.check();
   for (index_t first = 0; first < in.rows; first += plan.chunk_rows) {
@@ -197,6 +199,7 @@ void linear_backward_cuda(cublasHandle_t handle, const linear_operands<T>& in, c
                           cudaStream_t stream, int* error_flags = nullptr) {
   using A = accum_t<T>;
   namespace cd = cuda_linear_detail;
+  if (g.kept) g.kept->clear();  // the device forward keeps nothing: every chunk is recomputed
   cd::device_call<T> d{in, options, plan, handle, stream, static_cast<char*>(workspace)};
   d.check();
   ::reco::detail::require(g.saved_lse != nullptr || in.rows == 0, "saved_lse", "is null (pass the forward's lse)");

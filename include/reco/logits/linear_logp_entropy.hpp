@@ -9,7 +9,9 @@
 // logits tile [C, V] is one GEMM, reduced row by row by the reco::logits row kernels (scan_row,
 // gradient_row), and in the backward its dlogits (computed in place, one rounding) become the
 // chunk's dh and its contribution to dW by two more GEMMs before the next chunk. C is sized from a
-// memory budget, so the extra memory is O(C·V + C·H), independent of N.
+// memory budget, so the extra memory is O(C·V + C·H), independent of N. The backward recomputes
+// each chunk's logits but the last one's when the forward kept them (linear_kept_logits): with
+// all rows in one chunk, forward and backward take three GEMMs, as a materialising call does.
 //
 // The GEMMs come from a `Gemm` object the caller passes (any BLAS; reco/logits/cblas_gemm.hpp
 // adapts a CBLAS, the LibTorch adapter uses at::mm): for A = float and double,
@@ -38,6 +40,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "reco/config.hpp"
 #include "reco/logits/half_types.hpp"
@@ -74,6 +77,37 @@ struct linear_options {
   bool check_finite = true;
 };
 
+// The logits of the forward's last chunk, kept for the backward: linear_forward fills it
+// (linear_outputs::keep), linear_backward takes it (linear_gradients::kept) and starts with that
+// chunk, whose logits GEMM it then skips. Between the two calls it holds one tile of the workspace,
+// C·V values of A (within memory_budget); the backward reuses the buffer as its own tile, so the
+// two calls together still use one workspace at a time. The backward uses it only for a call on
+// the forward's operands (the same pointers, shapes, strides, mask count and chunking) and
+// recomputes otherwise. Like saved_lse it is the forward's: h, W and bias must not change between
+// the calls. Callers only pass it along.
+template <class A>
+struct linear_kept_logits {
+  struct call_key {
+    const void *hidden = nullptr, *weight = nullptr, *bias = nullptr;
+    index_t rows = 0, hidden_size = 0, vocab = 0, vocab_begin = 0;
+    index_t hidden_strides[2] = {0, 0}, weight_strides[2] = {0, 0}, bias_stride = 0;
+    index_t live_rows = 0, chunk_rows = 0, first_row = 0, count = 0;  // the chunk: rows of live order
+    bool operator==(const call_key& o) const {
+      return hidden == o.hidden && weight == o.weight && bias == o.bias && rows == o.rows &&
+             hidden_size == o.hidden_size && vocab == o.vocab && vocab_begin == o.vocab_begin &&
+             hidden_strides[0] == o.hidden_strides[0] && hidden_strides[1] == o.hidden_strides[1] &&
+             weight_strides[0] == o.weight_strides[0] && weight_strides[1] == o.weight_strides[1] &&
+             bias_stride == o.bias_stride && live_rows == o.live_rows && chunk_rows == o.chunk_rows &&
+             first_row == o.first_row && count == o.count;
+    }
+  };
+  std::unique_ptr<A[]> tile;
+  call_key key;
+  bool empty() const { return !tile; }
+  std::size_t bytes() const { return tile ? static_cast<std::size_t>(key.chunk_rows * key.vocab) * sizeof(A) : 0; }
+  void clear() { tile.reset(); }
+};
+
 // Per-row outputs (A = accum_t<T>), each nullable.
 template <class A>
 struct linear_outputs {
@@ -81,6 +115,7 @@ struct linear_outputs {
   A* entropy = nullptr;
   A* lse = nullptr;
   A* sum_p_squared = nullptr;
+  linear_kept_logits<A>* keep = nullptr;  // linear_forward (CPU): keep the last chunk's logits (nullable)
 };
 
 // Backward inputs (upstream gradients nullable: zero) and outputs.
@@ -97,6 +132,7 @@ struct linear_gradients {
   A* dweight = nullptr;  // [vocab, hidden_size] row stride dweight_stride (0: H); added to (nullable)
   index_t dweight_stride = 0;
   A* dbias = nullptr;  // [vocab], added to (nullable)
+  linear_kept_logits<A>* kept = nullptr;  // linear_backward: the forward's kept logits, taken (nullable)
 };
 
 // The statistics of one row over this call's part of the vocabulary (relative to max_x, in logit
@@ -358,7 +394,41 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   // ---- plan and workspace
   const linear_chunking plan = linear_chunking_of(N, V, H, sizeof(A), !weight_in_place, opt.memory_budget, opt.chunk_rows);
   const index_t C = plan.chunk_rows, B = weight_in_place ? V : plan.weight_block_rows;
-  std::unique_ptr<A[]> tile(new A[static_cast<std::size_t>(C * V)]);
+
+  // The unmasked rows in order, cut into chunks of C; the first chunk takes the remainder, so the
+  // last one, which the forward can keep and the backward (last chunk first) then starts with,
+  // is a whole chunk.
+  std::vector<index_t> live;
+  live.reserve(static_cast<std::size_t>(N));
+  for (index_t r = 0; r < N; ++r)
+    if (!in.row_mask || in.row_mask[r]) live.push_back(r);
+  const index_t live_rows = static_cast<index_t>(live.size());
+  const index_t chunks = (live_rows + C - 1) / C;
+  const index_t first_chunk_rows = live_rows - (chunks - 1) * C;
+  auto chunk_begin = [&](index_t j) { return j == 0 ? index_t(0) : first_chunk_rows + (j - 1) * C; };
+  auto key_of_chunk = [&](index_t j) {
+    typename linear_kept_logits<A>::call_key k;
+    k.hidden = in.hidden, k.weight = in.weight, k.bias = in.bias;
+    k.rows = N, k.hidden_size = H, k.vocab = V, k.vocab_begin = in.vocab_begin;
+    k.hidden_strides[0] = hs0, k.hidden_strides[1] = hs1, k.weight_strides[0] = ws0, k.weight_strides[1] = ws1;
+    k.bias_stride = in.bias ? in.bias_stride : 0;
+    k.live_rows = live_rows, k.chunk_rows = C;
+    k.first_row = chunks > 0 ? live[static_cast<std::size_t>(chunk_begin(j))] : 0;
+    k.count = j == 0 ? first_chunk_rows : C;
+    return k;
+  };
+  // The backward takes the forward's kept tile (freed at the end of this call either way) and
+  // uses it when it belongs to this call's last chunk.
+  std::unique_ptr<A[]> tile;
+  bool tile_kept = false;
+  if (mode == linear_mode::backward && gr.kept) {
+    if (!gr.kept->empty() && chunks > 0 && gr.kept->key == key_of_chunk(chunks - 1)) {
+      tile = std::move(gr.kept->tile);
+      tile_kept = true;
+    }
+    gr.kept->clear();
+  }
+  if (!tile) tile.reset(new A[static_cast<std::size_t>(C * V)]);
   std::unique_ptr<A[]> hc(new A[static_cast<std::size_t>(C * H)]);
   const bool want_dh = backward && (gr.dhidden || gr.dhidden_accum);
   std::unique_ptr<A[]> dhc(want_dh ? new A[static_cast<std::size_t>(C * H)] : nullptr);
@@ -366,7 +436,6 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   std::unique_ptr<A[]> ones(backward && gr.dbias ? new A[static_cast<std::size_t>(C)] : nullptr);
   std::unique_ptr<A[]> row_values(new A[static_cast<std::size_t>(C * 4)]);
   std::unique_ptr<row_partial<A>[]> partials(new row_partial<A>[static_cast<std::size_t>(C)]);
-  std::unique_ptr<index_t[]> rows(new index_t[static_cast<std::size_t>(C)]);
   if (ones) std::fill(ones.get(), ones.get() + C, A(1));
   A* c_logp = row_values.get();
   A* c_entropy = c_logp + C;
@@ -433,7 +502,6 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
   };
 
   index_t first_overflow = N, first_temperature = N;
-  index_t next = 0;
   // Masked rows: zero outputs and dh, never read.
   for (index_t r = 0; r < N; ++r) {
     if (!in.row_mask || in.row_mask[r]) continue;
@@ -447,12 +515,12 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
         else if (gr.dhidden_accum) gr.dhidden_accum[r * dhs + k] = A(0);
       }
   }
-  while (true) {
-    // The chunk: the next C unmasked rows, packed into hc.
-    index_t n = 0;
-    for (; next < N && n < C; ++next)
-      if (!in.row_mask || in.row_mask[next]) rows[n++] = next;
-    if (n == 0) break;
+  for (index_t step = 0; step < chunks; ++step) {
+    // The chunk: its rows packed into hc. The backward goes from the last chunk to the first.
+    const index_t j = mode == linear_mode::backward ? chunks - 1 - step : step;
+    const index_t* rows = live.data() + chunk_begin(j);
+    const index_t n = j == 0 ? first_chunk_rows : C;
+    const bool recompute = !(tile_kept && step == 0);
     const bool threads = worth_threads(n, V);
     for (index_t i = 0; i < n; ++i)
       for (index_t k = 0; k < H; ++k) hc[i * H + k] = static_cast<A>(in.hidden[rows[i] * hs0 + k * hs1]);
@@ -506,7 +574,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
 
     // Upstream gradients of the chunk's rows.
     if (mode == linear_mode::fused) {
-      grad_fn(rows.get(), n, static_cast<const A*>(c_logp), static_cast<const A*>(c_entropy), c_glogp, c_gentropy);
+      grad_fn(rows, n, static_cast<const A*>(c_logp), static_cast<const A*>(c_entropy), c_glogp, c_gentropy);
     } else {
       for (index_t i = 0; i < n; ++i) {
         c_glogp[i] = gr.grad_logp ? gr.grad_logp[rows[i]] : A(0);
@@ -536,7 +604,7 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
       for (index_t v0 = 0; v0 < V; v0 += B) {
         const index_t nb = std::min(B, V - v0);
         const weight_view w = weight_rows(v0, nb);
-        logits_block(n, v0, nb, w);
+        if (recompute) logits_block(n, v0, nb, w);
         gradient_block(v0, nb);
         backward_block(n, v0, nb, w, v0 == 0);
       }
@@ -554,29 +622,41 @@ void linear_pass(linear_mode mode, const Gemm& gemm, const linear_operands<T>& i
           else gr.dhidden_accum[rows[i] * dhs + k] = dhc[i * H + k];
         }
   }
+  // The forward's last chunk: its tile still holds the chunk's logits (the scan only reads them).
+  if (mode == linear_mode::forward && out.keep) {
+    out.keep->clear();
+    if (chunks > 0) {
+      out.keep->tile = std::move(tile);
+      out.keep->key = key_of_chunk(chunks - 1);
+    }
+  }
 }
 
 }  // namespace detail
 
-// Forward: logp, entropy, lse (and sum_p_squared when options.sum_p_squared) of every row.
+// Forward: logp, entropy, lse (and sum_p_squared when options.sum_p_squared) of every row, and
+// with out.keep the last chunk's logits for the backward (emptied first).
 // `reduce` (vocabulary-parallel) gets each chunk's row_partial array and its length and must
 // replace it with the merge over all shards (see merge_partials); the default does nothing.
 template <class T, class Gemm, class Reduce = detail::no_partial_reduce>
 void linear_forward(const Gemm& gemm, const linear_operands<T>& in, const linear_options& options,
                     const linear_outputs<accum_t<T>>& out, Reduce&& reduce = {}) {
+  if (out.keep) out.keep->clear();
   ::reco::detail::require(out.logp == nullptr || in.tokens != nullptr || in.rows == 0, "tokens",
                           "is null but logp is requested");
   detail::linear_pass(detail::linear_mode::forward, gemm, in, options, out, linear_gradients<T>{},
                       [](auto&&...) {}, reduce);
 }
 
-// Backward from the forward's saved lse (and entropy): dh written, dW and dbias added to.
+// Backward from the forward's saved lse (and entropy): dh written, dW and dbias added to; the
+// forward's kept logits (grads.kept) are used when they are this call's and emptied in any case.
 // In a vocabulary-parallel call every rank's dh is its shard's part: the sum over ranks is dh.
 template <class T, class Gemm>
 void linear_backward(const Gemm& gemm, const linear_operands<T>& in, const linear_options& options,
                      const linear_gradients<T>& grads) {
   detail::linear_pass(detail::linear_mode::backward, gemm, in, options, linear_outputs<accum_t<T>>{}, grads,
                       [](auto&&...) {}, detail::no_partial_reduce{});
+  if (grads.kept) grads.kept->clear();
 }
 
 // Forward and backward in one pass, each chunk's logits computed once: after the chunk's logp and

@@ -13,8 +13,9 @@
 //    on-policy) and entropy 0: by the condition above that changes no gradient of the chunk's
 //    tokens. The last chunk's call sees every token's logp: its result is the call's result.
 //    The objective's passes are O(N) per chunk, against the chunk's O(C·V·H) GEMMs.
-//  - otherwise (4 GEMMs per chunk): forward, the objective on the whole batch, backward
-//    (logits::linear_forward, the objective call, logits::linear_backward).
+//  - otherwise (4 GEMMs per chunk, 3 for the last one, whose logits the forward keeps): forward,
+//    the objective on the whole batch, backward (logits::linear_forward, the objective call,
+//    logits::linear_backward).
 #pragma once
 
 #include <string>
@@ -80,12 +81,15 @@ objective_result linear_objective_pass(const Obj& obj, const Gemm& gemm, const l
   logits::linear_gradients<T> gr = grads;
 
   if (!linear_loss_folds(obj, batch)) {
+    logits::linear_kept_logits<A> kept;
+    out.keep = &kept;
     logits::linear_forward(gemm, op, options, out);
     const objective_result result = call(b, g);
     gr.grad_logp = grad_logp.data();
     gr.grad_entropy = needs.entropy_gradient ? grad_entropy.data() : nullptr;
     gr.saved_lse = lse.data();
     gr.saved_entropy = entropy.data();
+    gr.kept = &kept;
     logits::linear_backward(gemm, op, options, gr);
     return result;
   }

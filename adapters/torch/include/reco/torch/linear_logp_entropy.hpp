@@ -10,7 +10,10 @@
 // The logits W h + bias of a chunk of tokens at a time are one GEMM (LibTorch's matmul), reduced
 // by the reco::logits row kernels; the backward recomputes each chunk's logits and turns them
 // into d loss / d hidden, d loss / d weight and d loss / d bias. Extra memory: the chunk's
-// workspace (options.memory_budget, 256 MiB by default), independent of N. Rows where row_mask is 0
+// workspace (options.memory_budget, 256 MiB by default), independent of N. On the CPU, a forward
+// whose backward can run keeps its last chunk's logits until that backward (at most the budget,
+// the buffer the backward would take anyway), which then skips their GEMM: with every token in
+// one chunk, forward and backward make three GEMMs (options.keep_last_chunk = false: none kept). Rows where row_mask is 0
 // are never read and get exactly zero gradient. A zero gradient of the entropy skips its backward.
 //
 // Vocabulary-parallel (tensor parallelism): with options.vocab_group, each rank passes its rows
@@ -41,6 +44,7 @@ struct linear_logp_options {
   double temperature = 1.0;
   std::size_t memory_budget = 0;  // bytes of workspace (0: reco::logits::default_linear_memory_budget)
   std::int64_t chunk_rows = 0;    // > 0: tokens per chunk, overriding the budget
+  bool keep_last_chunk = true;    // CPU: keep the last chunk's logits for the backward
   c10::intrusive_ptr<c10d::ProcessGroup> vocab_group;  // null: this rank holds the whole vocabulary
 };
 
