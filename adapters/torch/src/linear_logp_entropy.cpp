@@ -120,6 +120,7 @@ struct kept_logits_holder : ::torch::CustomClassHolder {
     if constexpr (std::is_same_v<A, double>) return f64;
     else return f32;
   }
+  bool empty() const { return f32.empty() && f64.empty(); }
 };
 
 template <class T>
@@ -197,7 +198,6 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     const vocab_part part = part_of(call.options.vocab_group, weight.size(0), N);
     const auto kept = call.keep && !hidden.is_cuda() ? c10::make_intrusive<kept_logits_holder>()
                                                      : c10::intrusive_ptr<kept_logits_holder>();
-    bool holds_kept = false;
     rl::with_dtype(dtype_of(hidden, "hidden"), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using A = rl::accum_t<T>;
@@ -215,7 +215,6 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
 #endif
       if (!call.options.vocab_group) {
         rl::linear_forward(aten_gemm{}, in, core_options(call.options), out);
-        holds_kept = kept && !kept->of<A>().empty();
         return;
       }
       // Each chunk's partials: every rank's in its slot of a zero buffer, summed over ranks (one
@@ -233,7 +232,6 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
         rl::merge_partials(parts.data(), world, n, call.options.temperature, s);
       };
       rl::linear_forward(aten_gemm{}, in, core_options(call.options), out, reduce);
-      holds_kept = kept && !kept->of<A>().empty();
     });
     ctx->save_for_backward({hidden, weight, bias});
     ctx->saved_data["tokens"] = call.tokens;
@@ -243,7 +241,7 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     ctx->saved_data["chunk_rows"] = call.options.chunk_rows;
     // A capsule: the group needs no TorchScript class registration to ride along.
     if (call.options.vocab_group) ctx->saved_data["vocab_group"] = c10::IValue::make_capsule(call.options.vocab_group);
-    if (holds_kept) ctx->saved_data["kept_logits"] = c10::IValue::make_capsule(kept);
+    if (kept && !kept->empty()) ctx->saved_data["kept_logits"] = c10::IValue::make_capsule(kept);
     ctx->saved_data["lse"] = lse;
     ctx->saved_data["entropy"] = entropy.clone();  // the caller may modify the returned one
     ctx->set_materialize_grads(false);
@@ -266,6 +264,13 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
       call.options.vocab_group =
           c10::static_intrusive_pointer_cast<c10d::ProcessGroup>(ctx->saved_data["vocab_group"].toCapsule());
     const at::Tensor lse = ctx->saved_data["lse"].toTensor(), entropy = ctx->saved_data["entropy"].toTensor();
+    // The forward's kept logits, taken by this backward even when it computes nothing, so that a
+    // retained graph does not hold them (a second backward, with retain_graph, recomputes them).
+    c10::intrusive_ptr<kept_logits_holder> kept;
+    if (ctx->saved_data.count("kept_logits")) {
+      kept = c10::static_intrusive_pointer_cast<kept_logits_holder>(ctx->saved_data["kept_logits"].toCapsule());
+      ctx->saved_data.erase("kept_logits");
+    }
     const at::ScalarType acc = lse.scalar_type();
     auto upstream = [&](const at::Tensor& g) { return g.defined() ? g.to(acc).contiguous().view({-1}) : at::Tensor(); };
     const at::Tensor g_logp = upstream(grads[0]), g_entropy = upstream(grads[1]);
@@ -282,13 +287,6 @@ class linear_function : public ::torch::autograd::Function<linear_function> {
     at::Tensor dw = want_w ? at::zeros({V, H}, acc_opts) : at::Tensor();
     at::Tensor db = want_b ? at::zeros({V}, acc_opts) : at::Tensor();
     const vocab_part part = part_of(group, V, N);
-    // The forward's kept logits: taken by this backward (a second one, with retain_graph,
-    // recomputes them).
-    c10::intrusive_ptr<kept_logits_holder> kept;
-    if (ctx->saved_data.count("kept_logits")) {
-      kept = c10::static_intrusive_pointer_cast<kept_logits_holder>(ctx->saved_data["kept_logits"].toCapsule());
-      ctx->saved_data.erase("kept_logits");
-    }
     rl::with_dtype(dtype_of(call.hidden, "hidden"), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using A = rl::accum_t<T>;
