@@ -134,12 +134,14 @@ RECO_TOKEN_MATH V token_variance(const V& logp, const mask_t<V>& valid) {
 
 // ---- value checks of the per-token inputs --------------------------------------------------
 
-// Which per-token inputs a call supplies and checks (logp always).
+// Which per-token inputs a pass checks.
 struct token_checks {
   bool old_logp = false;
   bool ref_logp = false;
   bool entropy = false;
   bool token_weights = false;
+  bool logp = true;
+  RECO_HOST_DEVICE bool any() const { return logp || old_logp || ref_logp || entropy || token_weights; }
 };
 
 // Per input, the tokens (lanes) that failed a check so far.
@@ -169,17 +171,46 @@ RECO_TOKEN_MATH mask_t<V> bad_weight(const V& x) {
   return !(x >= V(0.0) && x <= V(largest_finite<V>()));
 }
 
+// The valid lanes whose log-probability fails its check: a lane type may have its own form
+// (lanes<V>::bad_log_probability: AVX-512's mask registers test the bits in two instructions).
+template <class V, class = void>
+struct has_lane_log_probability_check : std::false_type {};
+template <class V>
+struct has_lane_log_probability_check<V, std::void_t<decltype(lanes<V>::bad_log_probability(
+                                             std::declval<const mask_t<V>&>(), std::declval<const V&>()))>>
+    : std::true_type {};
+template <class V>
+RECO_TOKEN_MATH mask_t<V> bad_valid_log_probability(const mask_t<V>& valid, const V& x) {
+  if constexpr (has_lane_log_probability_check<V>::value) return lanes<V>::bad_log_probability(valid, x);
+  else return valid && bad_log_probability(x);
+}
+
 // Ors the checks of the valid tokens (lanes) into `f`. Values of inputs `which` leaves out are
 // not read.
 template <class V>
 RECO_TOKEN_MATH void token_value_checks(token_faults<V>& f, const token_checks& which, const mask_t<V>& valid,
                                         const V& logp, const V& old_logp, const V& ref_logp, const V& entropy,
                                         const V& token_weight) {
-  f.logp = f.logp || (valid && bad_log_probability(logp));
-  if (which.old_logp) f.old_logp = f.old_logp || (valid && bad_log_probability(old_logp));
-  if (which.ref_logp) f.ref_logp = f.ref_logp || (valid && bad_log_probability(ref_logp));
+  if (which.logp) f.logp = f.logp || bad_valid_log_probability(valid, logp);
+  if (which.old_logp) f.old_logp = f.old_logp || bad_valid_log_probability(valid, old_logp);
+  if (which.ref_logp) f.ref_logp = f.ref_logp || bad_valid_log_probability(valid, ref_logp);
   if (which.entropy) f.entropy = f.entropy || (valid && bad_finite(entropy));
   if (which.token_weights) f.token_weights = f.token_weights || (valid && bad_weight(token_weight));
+}
+
+// The valid lanes where any input `which` names fails its check: one mask for every input (a
+// pass that needs the bits per input finds them again on its rare failing stretch).
+template <class V>
+RECO_TOKEN_MATH mask_t<V> token_value_faults(const token_checks& which, const mask_t<V>& valid, const V& logp,
+                                             const V& old_logp, const V& ref_logp, const V& entropy,
+                                             const V& token_weight) {
+  mask_t<V> f = false;
+  if (which.logp) f = bad_valid_log_probability(valid, logp);
+  if (which.old_logp) f = f || bad_valid_log_probability(valid, old_logp);
+  if (which.ref_logp) f = f || bad_valid_log_probability(valid, ref_logp);
+  if (which.entropy) f = f || (valid && bad_finite(entropy));
+  if (which.token_weights) f = f || (valid && bad_weight(token_weight));
+  return f;
 }
 
 // The status bits of the faults found.

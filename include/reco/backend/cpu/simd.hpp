@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -316,6 +317,7 @@ RECO_SIMD_INLINE pack<W> max_of(const pack<W>& a, const pack<W>& b) {
 template <int W>
 struct exp_parts {
   pack<W> p;       // expm1(r)
+  pack<W> k;       // the integer k, as a double
   pack<W> s1, s2;  // 2^k = s1 s2, both normal numbers
   pack<W> inv_s1;  // 1 / s1
 };
@@ -343,6 +345,7 @@ RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
   const pack<W> q = (q01 + q23 * r2) + (q45 + q67 * r2) * r4 + q89 * r8;
   exp_parts<W> e;
   e.p = r + r2 * q;
+  e.k = k;
   // k = (bits of shifted) - (bits of the shifter): both lie in [2^52, 2^53), one unit apart per 1.
   // With b = k + 2046 (> 0), b >> 1 = k1 + 1023 and b - (b >> 1) = k2 + 1023 are the biased
   // exponents of s1 = 2^k1, k1 = floor(k / 2), and of s2 = 2^(k - k1).
@@ -354,8 +357,17 @@ RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
   return e;
 }
 
+// (1 + p) 2^k: AVX-512's scalef, one instruction that rounds once as the two products do (the
+// first is exact), where the pack is a 512-bit register; the two products elsewhere.
 template <int W>
 RECO_SIMD_INLINE pack<W> exp_from(const exp_parts<W>& e) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (W == 8 && fits_register<64>) {
+    typename pack<W>::raw r;
+    __asm__("vscalefpd %2, %1, %0" : "=v"(r) : "v"((pack<W>(1.0) + e.p).v), "v"(e.k.v));
+    return pack<W>(r);
+  }
+#endif
   return (e.s1 * (pack<W>(1.0) + e.p)) * e.s2;
 }
 // 2^k p + 2^k - 1 = s1 (s2 p + (s2 - 1 / s1)): s2 - 1/s1 is exact up to k = 52 (beyond, the 1
@@ -561,11 +573,83 @@ struct fcounter {
   }
 };
 
+// AVX-512 code keeps the 16 lanes' truth values of a 16-float pack in a mask register (k0-k7),
+// one bit per lane: a comparison is one instruction, a select one blend, a count a popcnt, and
+// the masks take none of the 32 vector registers the per-token math needs (as vectors of 0 / -1
+// lanes they pushed its constants and sums to the stack). Through asm, as the min / max above:
+// the dispatched variants cannot inline AVX-512 intrinsics from generic code.
+#if RECO_SIMD_OPAQUE_MASKS
+inline constexpr bool float_kmasks = fits_register<64>;
+#else
+inline constexpr bool float_kmasks = false;
+#endif
+
+struct kmask16 {
+  std::uint16_t v;
+  RECO_SIMD_INLINE kmask16() : v(0) {}
+  RECO_SIMD_INLINE kmask16(bool b) : v(b ? 0xffffu : 0u) {}  // NOLINT: broadcast
+  RECO_SIMD_INLINE static kmask16 of_bits(std::uint32_t bits) {
+    kmask16 m;
+    m.v = static_cast<std::uint16_t>(bits);
+    return m;
+  }
+#if RECO_SIMD_OPAQUE_MASKS
+  friend RECO_SIMD_INLINE kmask16 operator&&(const kmask16& a, const kmask16& b) {
+    kmask16 r;
+    __asm__("kandw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+    return r;
+  }
+  friend RECO_SIMD_INLINE kmask16 operator||(const kmask16& a, const kmask16& b) {
+    kmask16 r;
+    __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+    return r;
+  }
+  friend RECO_SIMD_INLINE kmask16 operator!(const kmask16& a) {
+    kmask16 r;
+    __asm__("knotw %1, %0" : "=k"(r.v) : "k"(a.v));
+    return r;
+  }
+  // The lanes as an integer's bits (a general-purpose register).
+  RECO_SIMD_INLINE std::uint32_t bits() const {
+    std::uint32_t r;
+    __asm__("kmovw %1, %0" : "=r"(r) : "k"(v));
+    return r;
+  }
+#else
+  friend RECO_SIMD_INLINE kmask16 operator&&(const kmask16& a, const kmask16& b) { return of_bits(a.v & b.v); }
+  friend RECO_SIMD_INLINE kmask16 operator||(const kmask16& a, const kmask16& b) { return of_bits(a.v | b.v); }
+  friend RECO_SIMD_INLINE kmask16 operator!(const kmask16& a) { return of_bits(~a.v & 0xffffu); }
+  RECO_SIMD_INLINE std::uint32_t bits() const { return v; }
+#endif
+};
+
+// The count of a mask register's lanes: one integer, exact (popcnt on the side of the vector
+// units).
+struct kcounter {
+  std::int64_t n = 0;
+  RECO_SIMD_INLINE void add(const kmask16& m) { n += __builtin_popcount(m.bits()); }
+  RECO_SIMD_INLINE double total() const { return static_cast<double>(n); }
+};
+
+// The mask and counter types of a float pack: mask registers where AVX-512 code holds it.
+template <int L>
+struct fmask_types {
+  using mask = fmask<L>;
+  using counter = fcounter<L>;
+};
+template <>
+struct fmask_types<16> {
+  using mask = std::conditional_t<float_kmasks, kmask16, fmask<16>>;
+  using counter = std::conditional_t<float_kmasks, kcounter, fcounter<16>>;
+};
+template <int L>
+inline constexpr bool uses_kmask = std::is_same_v<typename fmask_types<L>::mask, kmask16>;
+
 template <int L>
 struct fpack {
   typedef typename fvectors<L>::f32 raw;
-  using mask_type = fmask<L>;
-  using counter_type = fcounter<L>;
+  using mask_type = typename fmask_types<L>::mask;
+  using counter_type = typename fmask_types<L>::counter;
   static constexpr int size = L;
   raw v;
   RECO_SIMD_INLINE fpack() : v(raw{}) {}
@@ -581,18 +665,44 @@ struct fpack {
   friend RECO_SIMD_INLINE fpack operator-(const fpack& a) { return fpack(-a.v); }
   RECO_SIMD_INLINE fpack& operator+=(const fpack& b) { v += b.v; return *this; }
 
-  friend RECO_SIMD_INLINE mask_type operator<(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v < b.v); }
-  friend RECO_SIMD_INLINE mask_type operator>(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v > b.v); }
-  friend RECO_SIMD_INLINE mask_type operator<=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v <= b.v); }
-  friend RECO_SIMD_INLINE mask_type operator>=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v >= b.v); }
-  friend RECO_SIMD_INLINE mask_type operator==(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v == b.v); }
-  friend RECO_SIMD_INLINE mask_type operator!=(const fpack& a, const fpack& b) { return opaque_mask<mask_type>(a.v != b.v); }
+  // vcmpps predicates: ordered and quiet, but "!=" (unordered: true for NaN, as in C).
+  template <int Predicate, class Vector>
+  static RECO_SIMD_INLINE mask_type compare(const fpack& a, const fpack& b, const Vector& comparison) {
+#if RECO_SIMD_OPAQUE_MASKS
+    if constexpr (uses_kmask<L>) {
+      kmask16 r;
+      __asm__("vcmpps %3, %2, %1, %0" : "=k"(r.v) : "v"(a.v), "v"(b.v), "i"(Predicate));
+      return r;
+    } else
+#endif
+    {
+      return opaque_mask<mask_type>(comparison);
+    }
+  }
+  friend RECO_SIMD_INLINE mask_type operator<(const fpack& a, const fpack& b) { return compare<0x11>(a, b, a.v < b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>(const fpack& a, const fpack& b) { return compare<0x1e>(a, b, a.v > b.v); }
+  friend RECO_SIMD_INLINE mask_type operator<=(const fpack& a, const fpack& b) { return compare<0x12>(a, b, a.v <= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator>=(const fpack& a, const fpack& b) { return compare<0x1d>(a, b, a.v >= b.v); }
+  friend RECO_SIMD_INLINE mask_type operator==(const fpack& a, const fpack& b) { return compare<0x00>(a, b, a.v == b.v); }
+  friend RECO_SIMD_INLINE mask_type operator!=(const fpack& a, const fpack& b) { return compare<0x04>(a, b, a.v != b.v); }
 };
 
 template <int L>
 RECO_SIMD_INLINE fpack<L> select(const fmask<L>& m, const fpack<L>& a, const fpack<L>& b) {
   typedef typename fmask<L>::raw bits;
   return fpack<L>((typename fpack<L>::raw)((m.v & (bits)a.v) | (~m.v & (bits)b.v)));
+}
+// m ? a : b with a mask register: one blend.
+RECO_SIMD_INLINE fpack<16> select(const kmask16& m, const fpack<16>& a, const fpack<16>& b) {
+#if RECO_SIMD_OPAQUE_MASKS
+  typename fpack<16>::raw r;
+  __asm__("vblendmps %2, %1, %0%{%3%}" : "=v"(r) : "v"(b.v), "v"(a.v), "Yk"(m.v));
+  return fpack<16>(r);
+#else
+  fpack<16> r;
+  for (int k = 0; k < 16; ++k) r.v[k] = (m.v >> k) & 1u ? a.v[k] : b.v[k];
+  return r;
+#endif
 }
 // a < b ? a : b and a > b ? a : b per lane (NaN in either gives b, as minps / maxps): one
 // minps / maxps where a register of the code holds the pack (the select is a compare, a mask
@@ -629,10 +739,11 @@ RECO_SIMD_INLINE fpack<L> max_of(const fpack<L>& a, const fpack<L>& b) {
 template <int L>
 struct fexp_parts {
   fpack<L> p;          // expm1(r)
+  fpack<L> k;          // the integer k, as a float
   fpack<L> excess;     // r^2 q(r) = expm1(r) - r
   fpack<L> s1, s2;     // 2^k = s1 s2, both normal numbers
   fpack<L> inv_s1;     // 1 / s1
-  fmask<L> unreduced;  // k = 0: r is x itself
+  typename fpack<L>::mask_type unreduced;  // k = 0: r is x itself
 };
 
 template <int L>
@@ -650,6 +761,7 @@ RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
   fexp_parts<L> e;
   e.excess = r2 * q;
   e.p = r + e.excess;
+  e.k = k;
   e.unreduced = k == fpack<L>(0.0);
   const u32 b = (u32)shifted.v - (u32)fpack<L>(shifter).v + 254u;
   const u32 e1 = b >> 1;
@@ -660,6 +772,13 @@ RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
 }
 template <int L>
 RECO_SIMD_INLINE fpack<L> exp_from(const fexp_parts<L>& e) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (L == 16 && fits_register<64>) {
+    typename fpack<L>::raw r;
+    __asm__("vscalefps %2, %1, %0" : "=v"(r) : "v"((fpack<L>(1.0) + e.p).v), "v"(e.k.v));
+    return fpack<L>(r);
+  }
+#endif
   return (e.s1 * (fpack<L>(1.0) + e.p)) * e.s2;
 }
 template <int L>
@@ -675,7 +794,9 @@ RECO_SIMD_INLINE fpack<L> expm1(const fpack<L>& x) {
   return expm1_from(reduce_exp(x));
 }
 
-// Loads, stores and flags of L floats, as those of doubles above.
+// Loads, stores and flags of L floats, as those of doubles above; with mask registers the
+// partial ones are masked loads and stores (nothing outside the first n lanes is read or
+// written, and no lane goes through the stack).
 template <int L>
 RECO_SIMD_INLINE fpack<L> fload(const float* src) {
   typename fpack<L>::raw v;
@@ -683,7 +804,29 @@ RECO_SIMD_INLINE fpack<L> fload(const float* src) {
   return fpack<L>(v);
 }
 template <int L>
+RECO_SIMD_INLINE typename fpack<L>::mask_type ffirst_lanes(int n) {
+  if constexpr (uses_kmask<L>) {
+#if RECO_SIMD_OPAQUE_MASKS
+    kmask16 m;
+    __asm__("kmovw %1, %0" : "=k"(m.v) : "r"((1u << n) - 1u));
+    return m;
+#endif
+  } else {
+    typename fmask<L>::raw iota{};
+    for (int k = 0; k < L; ++k) iota[k] = k;
+    return fmask<L>(iota < n);
+  }
+}
+template <int L>
 RECO_SIMD_INLINE fpack<L> fload_first(const float* src, int n) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (uses_kmask<L>) {
+    typename fpack<L>::raw v;
+    __asm__("vmovups %1, %0%{%2%}%{z%}" : "=v"(v) : "m"(*reinterpret_cast<const float(*)[16]>(src)),
+                                                   "Yk"(ffirst_lanes<L>(n).v));
+    return fpack<L>(v);
+  }
+#endif
   float buf[L] = {};
   for (int k = 0; k < n; ++k) buf[k] = src[k];
   return fload<L>(buf);
@@ -694,21 +837,40 @@ RECO_SIMD_INLINE void fstore(float* dst, const fpack<L>& x) {
 }
 template <int L>
 RECO_SIMD_INLINE void fstore_first(float* dst, const fpack<L>& x, int n) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (uses_kmask<L>) {
+    __asm__("vmovups %1, %0%{%2%}" : "+m"(*reinterpret_cast<float(*)[16]>(dst)) : "v"(x.v), "Yk"(ffirst_lanes<L>(n).v));
+    return;
+  }
+#endif
   float buf[L];
   fstore<L>(buf, x);
   for (int k = 0; k < n; ++k) dst[k] = buf[k];
 }
-template <int L>
-RECO_SIMD_INLINE fmask<L> ffirst_lanes(int n) {
-  typename fmask<L>::raw iota{};
-  for (int k = 0; k < L; ++k) iota[k] = k;
-  return fmask<L>(iota < n);
-}
 // Nonzero bytes as lanes. x86: a byte compare and its movemask give one bit per byte, which
 // each lane tests (g++ 12 turns __builtin_convertvector of the bytes into an extraction and an
-// insert per lane, and a shuffle of them into a round trip through the stack).
+// insert per lane, and a shuffle of them into a round trip through the stack); with mask
+// registers one vptestmb of the 16 bytes.
 template <int L>
-RECO_SIMD_INLINE fmask<L> fload_flags(const std::uint8_t* src) {
+RECO_SIMD_INLINE fmask<L> fload_vector_flags(const std::uint8_t* src);
+template <int L>
+RECO_SIMD_INLINE typename fpack<L>::mask_type fload_flags(const std::uint8_t* src) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (uses_kmask<L>) {
+    typedef std::uint8_t bytes __attribute__((vector_size(16)));
+    bytes v;
+    std::memcpy(&v, src, sizeof(v));
+    kmask16 m;
+    __asm__("vptestmb %1, %1, %0" : "=k"(m.v) : "v"(v));
+    return m;
+  } else
+#endif
+  {
+    return fload_vector_flags<L>(src);
+  }
+}
+template <int L>
+RECO_SIMD_INLINE fmask<L> fload_vector_flags(const std::uint8_t* src) {
 #if defined(__SSE2__)
   typedef typename fvectors<L>::u32 u32;
   __m128i v;
@@ -733,16 +895,27 @@ RECO_SIMD_INLINE fmask<L> fload_flags(const std::uint8_t* src) {
 #endif
 }
 template <int L>
-RECO_SIMD_INLINE fmask<L> fload_first_flags(const std::uint8_t* src, int n) {
+RECO_SIMD_INLINE typename fpack<L>::mask_type fload_first_flags(const std::uint8_t* src, int n) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (uses_kmask<L>) {
+    typedef std::uint8_t bytes __attribute__((vector_size(16)));
+    bytes v;
+    kmask16 m;
+    __asm__("vmovdqu8 %1, %0%{%2%}%{z%}" : "=v"(v) : "m"(*reinterpret_cast<const std::uint8_t(*)[16]>(src)),
+                                                    "Yk"(ffirst_lanes<L>(n).v));
+    __asm__("vptestmb %1, %1, %0" : "=k"(m.v) : "v"(v));
+    return m;
+  }
+#endif
   std::uint8_t buf[L] = {};
   for (int k = 0; k < n; ++k) buf[k] = src[k];
   return fload_flags<L>(buf);
 }
 template <int L, bool Full>
-RECO_SIMD_INLINE fmask<L> fvalid_lanes(const std::uint8_t* flags, int n) {
-  const fmask<L> in = Full ? fmask<L>(true) : ffirst_lanes<L>(n);
-  if (!flags) return in;
-  return in && (Full ? fload_flags<L>(flags) : fload_first_flags<L>(flags, n));
+RECO_SIMD_INLINE typename fpack<L>::mask_type fvalid_lanes(const std::uint8_t* flags, int n) {
+  using M = typename fpack<L>::mask_type;
+  if (!flags) return Full ? M(true) : ffirst_lanes<L>(n);
+  return Full ? fload_flags<L>(flags) : fload_first_flags<L>(flags, n);
 }
 template <int L>
 RECO_SIMD_INLINE bool any(const fmask<L>& m) {
@@ -750,6 +923,7 @@ RECO_SIMD_INLINE bool any(const fmask<L>& m) {
   for (int k = 0; k < L; ++k) bits |= m.v[k];
   return bits != 0;
 }
+RECO_SIMD_INLINE bool any(const kmask16& m) { return m.bits() != 0; }
 template <int L>
 RECO_SIMD_INLINE double min_lanes(const fpack<L>& x) {
   float s = x.v[0];
@@ -801,6 +975,88 @@ RECO_SIMD_INLINE void accumulate(pack<W>& acc, const fpack<2 * W>& x) {
   acc += widen_half<W>(x, 0) + widen_half<W>(x, 1);
 }
 
+// The nonzero bytes among n at p (the valid tokens of a mask): 8 bytes per word by a carry-free
+// byte test; AVX-512 code tests 64 bytes with one vptestmb into a mask register.
+template <int W>
+RECO_SIMD_INLINE std::int64_t nonzero_bytes(const std::uint8_t* p, std::int64_t n) {
+  std::int64_t count = 0, i = 0;
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (W == 8 && float_kmasks) {
+    typedef std::uint8_t bytes __attribute__((vector_size(64)));
+    for (; i + 64 <= n; i += 64) {
+      bytes v;
+      std::memcpy(&v, p + i, sizeof(v));
+      std::uint64_t k, bits;
+      __asm__("vptestmb %1, %1, %0" : "=k"(k) : "v"(v));
+      __asm__("kmovq %1, %0" : "=r"(bits) : "k"(k));
+      count += __builtin_popcountll(bits);
+    }
+  }
+#endif
+  constexpr std::uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, sizeof(w));
+    count += __builtin_popcountll((((w & low7) + low7) | w) & ~low7);
+  }
+  for (; i < n; ++i) count += p[i] != 0;
+  return count;
+}
+
+// The log-probability check (finite and <= 0) on many packs at the cost of three integer
+// instructions each and no mask: a lane's key is its bits as a signed integer with the sign bit
+// or-ed in where bits - 1 has it (that is, for +0 and the negatives), so +0 and every value in
+// [-max, -0] have a key at most the key of -max, and NaN, +-inf and positive values a larger one.
+// The largest key over the lanes decides whether some lane failed.
+template <class P>
+struct log_probability_keys;
+template <int L>
+struct log_probability_keys<fpack<L>> {
+  typedef typename fvectors<L>::i32 i32;
+  typedef typename fvectors<L>::u32 u32;
+  static constexpr std::int32_t lowest = -8388609;  // 0xff7fffff: -FLT_MAX
+  i32 top = i32{} + lowest;
+  RECO_SIMD_INLINE void add(const fpack<L>& x) {
+    const u32 b = (u32)x.v;
+    const i32 key = (i32)(b | ((b - 1u) & 0x80000000u));
+    top = top > key ? top : key;
+  }
+  RECO_SIMD_INLINE bool failed() const {
+    std::int32_t m = lowest;
+    for (int k = 0; k < L; ++k) m = top[k] > m ? top[k] : m;
+    return m > lowest;
+  }
+};
+template <int W>
+struct log_probability_keys<pack<W>> {
+  typedef typename vectors<W>::i64 i64;
+  typedef typename vectors<W>::u64 u64;
+  static constexpr std::int64_t lowest = -4503599627370497;  // 0xffefffffffffffff: -DBL_MAX
+  i64 top = i64{} + lowest;
+  RECO_SIMD_INLINE void add(const pack<W>& x) {
+    const u64 b = (u64)x.v;
+    const i64 key = (i64)(b | ((b - 1u) & 0x8000000000000000ull));
+    top = top > key ? top : key;
+  }
+  RECO_SIMD_INLINE bool failed() const {
+    std::int64_t m = lowest;
+    for (int k = 0; k < W; ++k) m = top[k] > m ? top[k] : m;
+    return m > lowest;
+  }
+};
+
+// acc += x * scale lane by lane, in double (a float pack's two halves summed first).
+template <int W>
+RECO_SIMD_INLINE void accumulate_scaled(pack<W>& acc, const pack<W>& x, double scale) {
+  acc += x * pack<W>(scale);
+}
+template <int W>
+RECO_SIMD_INLINE void accumulate_scaled(pack<W>& acc, const fpack<2 * W>& x, double scale) {
+  pack<W> sum(0.0);
+  accumulate(sum, x);
+  acc += sum * pack<W>(scale);
+}
+
 // The pack a token pass computes on at W doubles per register: W doubles for double inputs,
 // 2W floats for float inputs (the precision policy, docs/conventions.md), with its loads and
 // stores of T.
@@ -825,6 +1081,7 @@ struct token_io<double, W> {
   static RECO_SIMD_INLINE M valid(const std::uint8_t* mask, int n) {
     return simd::valid_lanes<W, Full>(mask, n);
   }
+  static RECO_SIMD_INLINE M first_lanes(int n) { return simd::first_lanes<W>(n); }
   template <bool Full>
   static RECO_SIMD_INLINE void store(double* dst, const P& x, int n) {
     if constexpr (Full) simd::store<W>(dst, x);
@@ -835,7 +1092,7 @@ template <int W>
 struct token_io<float, W> {
   static constexpr int L = 2 * W;
   using P = simd::fpack<L>;
-  using M = simd::fmask<L>;
+  using M = typename P::mask_type;
   template <bool Full>
   static RECO_SIMD_INLINE P load(const float* src, int n) {
     if constexpr (Full) return simd::fload<L>(src);
@@ -850,6 +1107,7 @@ struct token_io<float, W> {
   static RECO_SIMD_INLINE M valid(const std::uint8_t* mask, int n) {
     return simd::fvalid_lanes<L, Full>(mask, n);
   }
+  static RECO_SIMD_INLINE M first_lanes(int n) { return simd::ffirst_lanes<L>(n); }
   template <bool Full>
   static RECO_SIMD_INLINE void store(float* dst, const P& x, int n) {
     if constexpr (Full) simd::fstore<L>(dst, x);
@@ -932,7 +1190,7 @@ struct lanes<simd::pack<W>> {
 template <int L>
 struct lanes<simd::fpack<L>> {
   using pack = simd::fpack<L>;
-  using mask = simd::fmask<L>;
+  using mask = typename pack::mask_type;
   static RECO_SIMD_INLINE pack select(const mask& m, const pack& a, const pack& b) { return simd::select(m, a, b); }
   static RECO_SIMD_INLINE pack min(const pack& a, const pack& b) { return simd::min_of(b, a); }
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }
@@ -962,6 +1220,21 @@ struct lanes<simd::fpack<L>> {
     em1 = simd::expm1_from(e);
     return simd::select(e.unreduced, e.excess, em1 - x);
   }
+#if RECO_SIMD_OPAQUE_MASKS
+  // The valid lanes whose value is not a log-probability (NaN, +-inf or above 0), from the
+  // bits: as signed integers the floats in [-FLT_MAX, -0] lie at or below the bits of -FLT_MAX,
+  // +0 is 0 and everything else lies above; two compares into mask registers, no float test.
+  template <int N = L, std::enable_if_t<simd::uses_kmask<N>, int> = 0>
+  static RECO_SIMD_INLINE mask bad_log_probability(const mask& valid, const pack& x) {
+    typedef typename simd::fvectors<L>::i32 i32;
+    const i32 bits = (i32)x.v;
+    const i32 lowest = i32{} - 8388609;  // 0xff7fffff: -FLT_MAX
+    simd::kmask16 above, nonzero;
+    __asm__("vpcmpd $6, %2, %1, %0%{%3%}" : "=k"(above.v) : "v"(bits), "v"(lowest), "Yk"(valid.v));
+    __asm__("vptestmd %1, %1, %0%{%2%}" : "=k"(nonzero.v) : "v"(bits), "Yk"(above.v));
+    return nonzero;
+  }
+#endif
   static constexpr bool single_precision = true;
 };
 
