@@ -10,6 +10,7 @@
 
 #include "reco/advantage/common.hpp"
 #include "reco/algorithm/partials.hpp"
+#include "reco/algorithm/token_body.hpp"
 #include "reco/component.hpp"
 #include "reco/detail/slot_traits.hpp"
 #include "reco/objective_needs.hpp"
@@ -52,6 +53,22 @@ objective_stages stages_of(const Obj& obj) {
 }
 
 namespace detail {
+
+// The per-token inputs whose values no stage before the token pass reads, so that the token
+// pass can check them (reco/algorithm/response_passes.hpp, scan_response_fn::deferred): logp and
+// old_logp unless a sequence ratio or a covariance selection reads them first (old_logp also
+// not where a response weight averages it: the scan reads it anyway), the entropies unless a
+// selection or an entropy-split clip ranks them, ref_logp and the token weights always.
+inline token_checks token_pass_checks(const objective_stages& st) {
+  const bool early_logp = st.sequence || st.covariance;
+  token_checks c;
+  c.logp = !early_logp;
+  c.old_logp = !early_logp && !st.old_mean;
+  c.entropy = !st.selection && !st.entropy_quantile && !st.covariance;
+  c.ref_logp = true;
+  c.token_weights = true;
+  return c;
+}
 
 // Which optional inputs a call reads and checks.
 struct input_checks {

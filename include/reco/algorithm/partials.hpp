@@ -202,9 +202,11 @@ struct token_partial {
   double kl_sum = 0, entropy_sum = 0, entropy_kept_sum = 0;
   double var_sum[3] = {0, 0, 0};
   double var_count[3] = {0, 0, 0};
+  std::uint32_t status = 0;  // value checks the token pass made (a host backend's call: token_fn::checks)
 
   RECO_HOST_DEVICE static token_partial merge(const token_partial& a, const token_partial& b) {
     token_partial r;
+    r.status = a.status | b.status;
     r.policy = a.policy + b.policy;
     r.kl = a.kl + b.kl;
     r.entropy = a.entropy + b.entropy;

@@ -75,34 +75,58 @@ struct token_scan {
   std::uint32_t status = 0;              // value checks of the per-token inputs
 };
 
+// The value checks of a call's per-token inputs (logp always; the others where the batch holds
+// them and the call reads them).
+template <class T>
+RECO_HOST_DEVICE token_checks all_token_checks(const batch_pointers<T>& b, const input_checks& checks) {
+  return token_checks{b.old_logp != nullptr, checks.ref, checks.entropy, b.token_weights != nullptr};
+}
+// The checks of `all` that `moved` takes to another pass (in == false) or those it takes (true).
+RECO_HOST_DEVICE inline token_checks checks_split(const token_checks& all, const token_checks& moved, bool in) {
+  token_checks c;
+  c.logp = all.logp && moved.logp == in;
+  c.old_logp = all.old_logp && moved.old_logp == in;
+  c.ref_logp = all.ref_logp && moved.ref_logp == in;
+  c.entropy = all.entropy && moved.entropy == in;
+  c.token_weights = all.token_weights && moved.token_weights == in;
+  return c;
+}
+
 // Pass 1, per response: offsets, valid-token count and span, mean old log-prob, value checks.
+// A host backend's call moves the checks of the inputs no stage reads before the token pass into
+// that pass (`deferred`), and sums old_logp only for a response weight (`sums_old`): its scan
+// then reads the mask alone where it can, and the tokens' values are read once.
 template <class T>
 struct scan_response_fn {
   batch_pointers<T> b;
   input_checks checks;
   response_scratch r;
+  token_checks deferred{false, false, false, false, false};
+  bool sums_old = true;
 
   RECO_HOST_DEVICE void operator()(index_t i) const {
     finish(i, scan_tokens(b.layout.begin(i), b.layout.end(i)));
   }
   // Which per-token inputs the value checks read.
-  RECO_HOST_DEVICE token_checks per_token_checks() const {
-    return token_checks{b.old_logp != nullptr, checks.ref, checks.entropy, b.token_weights != nullptr};
-  }
+  RECO_HOST_DEVICE token_checks per_token_checks() const { return checks_split(all_token_checks(b, checks), deferred, false); }
+  // Whether the scan reads any token value (else the mask alone).
+  RECO_HOST_DEVICE bool reads_values() const { return sums_old || per_token_checks().any(); }
 
   // The tokens [begin, end) one at a time.
   RECO_HOST_DEVICE token_scan scan_tokens(index_t begin, index_t end) const {
     token_scan s;
     const token_checks which = per_token_checks();
+    const bool values = reads_values();
     token_faults<double> faults;
     for (index_t t = begin; t < end; ++t) {
       if (!b.valid(t)) continue;
       ++s.n;
       if (s.first < 0) s.first = t;
       s.last = t;
+      if (!values) continue;
       const double lp = static_cast<double>(b.logp[t]);
       const double old = b.old_logp ? static_cast<double>(b.old_logp[t]) : lp;
-      s.old_sum += b.rollout_logp ? static_cast<double>(b.rollout_logp[t]) : old;
+      if (sums_old) s.old_sum += b.rollout_logp ? static_cast<double>(b.rollout_logp[t]) : old;
       token_value_checks(faults, which, true, lp, old, which.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0,
                          which.entropy ? static_cast<double>(b.entropy[t]) : 0.0,
                          which.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);

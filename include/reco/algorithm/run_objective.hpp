@@ -148,7 +148,10 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   const bool reads_rewards = pl.reads_rewards;
 
   be.for_each(1, init_scalars_fn{s});
-  be.for_each(R, scan_response_fn<T>{b, pl.checks, r});
+  // A host backend checks the values of the inputs no stage reads before the token pass in that
+  // pass, so that they are read once (their error is then raised after it, from its status).
+  const token_checks deferred = Backend::host_accessible ? token_pass_checks(st) : token_checks{false, false, false, false, false};
+  be.for_each(R, scan_response_fn<T>{b, pl.checks, r, deferred, st.old_mean});
   // Advantages given per token, or not given because the batch has no token.
   if (!reads_rewards && !b.advantages) be.for_each(R, token_advantage_moments_fn<T>{b, r});
   // A step plan is a host object: only host-accessible backends read it here (reco::cuda_fused
@@ -201,8 +204,11 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
   be.reduce_tokens(b.layout,
                    token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator,
-                                          wants_diagnostics(be)},
+                                          wants_diagnostics(be), checks_split(all_token_checks(b, pl.checks), deferred, true)},
                    merge_fn<token_partial>{}, sc.tokens);
+  if constexpr (Backend::host_accessible) {
+    if (sc.tokens->status) throw_data_error(b, sc.tokens->status);
+  }
   if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)
       covariance_penalty(obj, b, r, sc.kept, grads.logp.data(), *sc.tokens);

@@ -98,6 +98,9 @@ struct token_fn {
   // false: the token diagnostics (clip and dual counts, ppo_kl, the ratio's mean / min / max, the
   // entropy means, the token variances) are neither computed nor accumulated; they read 0.
   bool diagnostics = true;
+  // The value checks this pass makes (those the response scan left to it: scan_response_fn's
+  // `deferred`), into token_partial::status.
+  token_checks checks{false, false, false, false, false};
 
   RECO_HOST_DEVICE response_values response(index_t i) const {
     response_values v;
@@ -124,6 +127,8 @@ struct token_fn {
     const response_values v = response(i);
     const double adv = v.advantage;
     const bool kl_on = term_on(obj.kl);
+    const bool check = checks.any();
+    token_faults<double> faults;
 
     for (index_t t = t0; t < t1; ++t) {
       if (!b.valid(t)) {
@@ -139,7 +144,10 @@ struct token_fn {
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
       const bool keep = kept == nullptr || kept[t];
-      const double ref = kl_on ? static_cast<double>(b.ref_logp[t]) : 0.0;
+      const double ref = kl_on || checks.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0;
+      if (check)
+        token_value_checks(faults, checks, true, c.logp, c.old_logp, ref, c.entropy,
+                           checks.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
       const double scale =
           b.token_weights ? v.policy_scale * static_cast<double>(b.token_weights[t]) : v.policy_scale;
       const token_terms<double> k = token_body(obj, c, true, keep, ref, scale, v.coef);
@@ -180,6 +188,22 @@ struct token_fn {
       }
       grad_logp[t] = static_cast<T>(k.grad);
     }
+    p.status |= fault_status(faults);
+  }
+
+  // The status bits of the deferred checks over the tokens [t0, t1), one token at a time (a
+  // packed pass that found a fault somewhere in them names the inputs here).
+  RECO_HOST_DEVICE std::uint32_t check_range(index_t t0, index_t t1) const {
+    token_faults<double> faults;
+    for (index_t t = t0; t < t1; ++t) {
+      if (!b.valid(t)) continue;
+      const double lp = static_cast<double>(b.logp[t]);
+      token_value_checks(faults, checks, true, lp, b.old_logp ? static_cast<double>(b.old_logp[t]) : lp,
+                         checks.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0,
+                         checks.entropy ? static_cast<double>(b.entropy[t]) : 0.0,
+                         checks.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
+    }
+    return fault_status(faults);
   }
 
   RECO_HOST_DEVICE token_partial operator()(index_t i, index_t t) const {
@@ -246,7 +270,7 @@ struct result_fn {
     d.valid_tokens = static_cast<index_t>(t.valid);
     d.policy_tokens = static_cast<index_t>(t.policy_tokens);
     d.nonempty_responses = static_cast<index_t>(s->batch.nonempty);
-    res.status = s->status | s->norm_status;
+    res.status = s->status | s->norm_status | t.status;
     *out = res;
   }
 };

@@ -54,6 +54,11 @@ struct packed_scan {
   static RECO_SIMD_INLINE void run(const scan_response_fn<T>& f, const index_t& begin, const index_t& end,
                                    token_scan& s) {
     if (!trim_to_valid(f.b.mask, begin, end, s)) return;  // no valid token
+    if (!f.reads_values()) {  // the mask alone
+      s.n = f.b.mask ? static_cast<index_t>(simd::nonzero_bytes<W>(f.b.mask + s.first, s.last + 1 - s.first))
+                     : s.last + 1 - s.first;
+      return;
+    }
     const token_checks which = f.per_token_checks();
     constexpr int L = simd::token_io<T, W>::L;
     lanes_state<W> st;
@@ -80,8 +85,9 @@ struct packed_scan {
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     const P lp = io::template load<Full>(b.logp + t, n);
     const P old = which.old_logp ? io::template load<Full>(b.old_logp + t, n) : lp;
-    simd::accumulate(st.old_sum,
-                     simd::select(valid, b.rollout_logp ? io::template load<Full>(b.rollout_logp + t, n) : old, P(0.0)));
+    if (f.sums_old)
+      simd::accumulate(st.old_sum,
+                       simd::select(valid, b.rollout_logp ? io::template load<Full>(b.rollout_logp + t, n) : old, P(0.0)));
     const P ref = which.ref_logp ? io::template load<Full>(b.ref_logp + t, n) : P(0.0);
     const P h = which.entropy ? io::template load<Full>(b.entropy + t, n) : P(0.0);
     const P w = which.token_weights ? io::template load<Full>(b.token_weights + t, n) : P(0.0);
