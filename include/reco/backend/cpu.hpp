@@ -285,17 +285,19 @@ struct cpu {
       const index_t b = c * chunk, e = std::min(n, b + chunk);
       index_t i = layout.response_of(b);
       if constexpr (detail::has_accumulate_range<F, Acc>::value) {
-        // One call per response segment of the chunk, accumulating in place (on packs where the
-        // pass has that form: reco/backend/cpu/packed_pass.hpp).
+        // The chunk on packs where the pass has that form (reco/backend/cpu/packed_pass.hpp),
+        // else one call per response segment of the chunk, accumulating in place.
+        if constexpr (detail::packed_pass<F>::available) {
+          if (packed) {
+            detail::packed_pass<F>::accumulate_chunk(f, acc, i, b, e);
+            new (parts + c) Acc(acc);
+            return;
+          }
+        }
         for (index_t t = b; t < e;) {
           while (t >= layout.end(i)) ++i;
           const index_t stop = std::min(e, layout.end(i));
-          if constexpr (detail::packed_pass<F>::available) {
-            if (packed) detail::packed_pass<F>::accumulate_segment(f, acc, i, t, stop);
-            else f.accumulate_range(acc, i, t, stop);
-          } else {
-            f.accumulate_range(acc, i, t, stop);
-          }
+          f.accumulate_range(acc, i, t, stop);
           t = stop;
         }
       } else {

@@ -39,16 +39,16 @@ RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V
   basic_surrogate_value<V> s;
   s.x = rv.x;
   const double a = c.advantage;
+  // Per-response values outside the branches: a pack's loop then computes them once.
+  const V upper = V(1.0) + eps_high, lower = V(1.0) - eps_low, minus_a(-a);
   mask clipped = rv.clipped;
   V rho = rv.x;
   if (a > 0) {
-    const V bound = V(1.0) + eps_high;
-    clipped = clipped || rv.x > bound;
-    rho = mind(rv.x, bound);
+    clipped = clipped || rv.x > upper;
+    rho = mind(rv.x, upper);
   } else if (a < 0) {
-    const V bound = V(1.0) - eps_low;
-    clipped = clipped || rv.x < bound;
-    rho = maxd(rv.x, bound);
+    clipped = clipped || rv.x < lower;
+    rho = maxd(rv.x, lower);
   }
   mask capped = false;  // the delta cap decided the value (and zeroed the gradient)
   if (delta > 0 && a != 0) {
@@ -61,14 +61,15 @@ RECO_TOKEN_MATH basic_surrogate_value<V> ppo_surrogate(const basic_ratio_value<V
       rho = mind(rho, cap);
     }
   }
-  s.loss = -a * (rv.reciprocal ? V(1.0) / rho : rho);
-  s.grad = select(clipped || capped, V(0.0), -a * rv.omega);
+  s.loss = minus_a * (rv.reciprocal ? V(1.0) / rho : rho);
+  s.grad = select(clipped || capped, V(0.0), minus_a * rv.omega);
   s.clipped = clipped && a != 0;
   s.dual = capped;
+  const V dual_cap(-a * dual_c);
   if (dual == dual_clip_mode::hard) {
     if (a < 0) {
-      const mask hard = s.loss > -a * dual_c;
-      s.loss = mind(s.loss, V(-a * dual_c));
+      const mask hard = s.loss > dual_cap;
+      s.loss = mind(s.loss, dual_cap);
       s.grad = select(hard, V(0.0), s.grad);
       s.dual = s.dual || hard;
     }

@@ -18,8 +18,10 @@ namespace detail {
 template <class V>
 RECO_TOKEN_MATH V clamped_exp(const V& l, double limit, mask_t<V>& passes) {
   passes = true;
+  // The bounds outside the branch: a pack's loop then computes them once, not per pack.
+  const V lo(-limit), hi(limit);
   if (limit > 0) {
-    const V lc = clampd(l, -limit, limit);
+    const V lc = mind(maxd(l, lo), hi);
     passes = lc == l;
     return vexp(lc);
   }

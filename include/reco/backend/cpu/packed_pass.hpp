@@ -4,7 +4,8 @@
 // packed_pass for the pass's functor type, and reco::cpu calls that form instead when its
 // `vectorise` flag is on:
 //   for_each:       packed_pass<F>::run(f, i)                          (the response scan)
-//   reduce_tokens:  packed_pass<F>::accumulate_segment(f, acc, i, t0, t1)  (the token pass)
+//   reduce_tokens:  packed_pass<F>::accumulate_chunk(f, acc, i, t0, t1)  (the token pass: a chunk of
+//                   tokens [t0, t1), its first token in response i)
 // A pass without a specialisation (and every pass where RECO_SIMD is 0) runs its own loop.
 #pragma once
 

@@ -4,6 +4,8 @@
 // component has pack math and the advantages are per response; the scalar loop otherwise.
 #pragma once
 
+#include <cstddef>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -72,35 +74,111 @@ struct packed_kernel {
       (Obj::ratio_type::self_clipped || clip_ok<typename Obj::clip_type>::value) &&
       kl_ok<std::decay_t<decltype(term_of(std::declval<const typename Obj::kl_type&>()))>>::value;
 
-  // Per-lane partial sums of one segment: the loss parts and the sums of inputs (entropies) in
-  // double, added pack by pack; the sums of the diagnostics' per-token terms in the pack's type
-  // over at most `block` packs (`part`), then added into their double sums (docs/conventions.md,
-  // "Precision"); the ratio's min and max in the pack's type, exact either way.
+  // The sums of one chunk of tokens (reco::cpu's token pass hands a kernel call a whole chunk:
+  // the call's setup and the sums across lanes are paid once per chunk, not per response).
+  //
+  // Float lanes add each pack's terms in float over a block of at most `block` packs (8 terms
+  // per lane) of one response; each block then goes into the chunk's double lanes, times its
+  // response's scale where the sum needs one (docs/conventions.md, "Precision"). Double lanes add
+  // the loss parts straight into per-response lanes summed at the response's end (the bits of
+  // every earlier version), and the diagnostics over the same blocks into the chunk's lanes.
   static constexpr int block = 8;
-  struct lane_sums {
-    D policy, kl, entropy;
-    D ppo_kl, ratio_sum, entropy_kept, variance;
-    struct diagnostic_part {
-      P ppo_kl = P(0.0), ratio_sum = P(0.0), variance = P(0.0);
-    } part;
-    int part_packs = 0;
-    P ratio_min = P(huge_value), ratio_max = P(-huge_value);
-    C valid, policy_tokens, clipped, dual;
-    // The diagnostics' block sums into their double sums.
-    RECO_SIMD_INLINE void flush() {
-      simd::accumulate(ppo_kl, part.ppo_kl);
-      simd::accumulate(ratio_sum, part.ratio_sum);
-      simd::accumulate(variance, part.variance);
-      part = diagnostic_part{};
-      part_packs = 0;
+  static constexpr bool float_lanes = !std::is_same_v<P, D>;
+
+  // What the sums take from one pack: the token body's terms, kept in a block's buffer between
+  // the two phases of a block (the body of up to `block` packs, then their sums), so that the
+  // body's arithmetic and the sums' registers are never live together.
+  struct pack_terms {
+    P policy, kl, ppo_kl, x, variance, entropy;
+    M valid, policy_mask, clipped, dual;
+  };
+
+  // The deferred value checks of a chunk: the log-probabilities by their keys, the rare
+  // entropies and token weights by masks. The three log-probabilities are keyed whichever of
+  // them the pass checks (no branch per pack): the stand-ins of invalid lanes and of absent
+  // inputs pass, and an input the scan checks has made the call fail before this pass; the
+  // failing stretch is checked again input by input (token_fn::check_range).
+  struct value_checks {
+    simd::log_probability_keys<P> keys;
+    M other = false;
+    RECO_SIMD_INLINE void add(const token_checks& which, const M& valid, const context& c, const P& ref,
+                              const P& weight) {
+      keys.add(c.logp);
+      keys.add(c.old_logp);
+      keys.add(ref);
+      if (which.entropy || which.token_weights) {
+        token_checks rest{false, false, which.entropy, which.token_weights, false};
+        other = other || token_value_faults(rest, valid, c.logp, c.old_logp, ref, c.entropy, weight);
+      }
     }
+    RECO_SIMD_INLINE bool failed() const { return keys.failed() || simd::any(other); }
+  };
+
+  // A block's (float lanes) or a response's (double lanes' loss parts) partial sums.
+  struct block_sums {
+    P policy = P(0.0), kl = P(0.0);                                           // loss parts
+    P ppo_kl = P(0.0), ratio_sum = P(0.0), variance[3] = {P(0.0), P(0.0), P(0.0)};
+  };
+  struct chunk_sums {
+    D policy = D(0.0), kl = D(0.0), kl_sum = D(0.0), entropy = D(0.0), entropy_sum = D(0.0);
+    D ppo_kl = D(0.0), ratio_sum = D(0.0), entropy_kept = D(0.0), variance[3] = {D(0.0), D(0.0), D(0.0)};
+    P ratio_min = P(huge_value), ratio_max = P(-huge_value);
+    C valid, policy_tokens, dual, var_count[3];
   };
 
   static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
                                    index_t t1) {
+    if (shared.diagnostics) run_chunk<true>(shared, p, i, t0, t1);
+    else run_chunk<false>(shared, p, i, t0, t1);
+  }
+
+  // The tokens [t0, t1) of responses i, i + 1, ..., with or without the diagnostics: a template
+  // parameter, so that the loop of a call without them carries none of their registers.
+  template <bool Diag>
+  static RECO_SIMD_INLINE void run_chunk(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
+                                         index_t t1) {
     // A local copy: the gradient stores cannot alias it, so the parameters and pointers stay in
     // registers instead of being reloaded after every store.
     const token_fn<Obj, T> f = shared;
+    const token_layout& layout = f.b.layout;
+    chunk_sums cs;
+    value_checks checks;
+    for (index_t t = t0; t < t1;) {
+      while (t >= layout.end(i)) ++i;
+      const index_t stop = layout.end(i) < t1 ? layout.end(i) : t1;
+      run_response<Diag>(f, p, cs, checks, i, t, stop);
+      t = stop;
+    }
+    p.valid += cs.valid.total();
+    p.policy_tokens += f.kept ? cs.policy_tokens.total() : cs.valid.total();
+    if (f.checks.any() && checks.failed()) p.status |= f.check_range(t0, t1);
+    if constexpr (float_lanes) {
+      p.policy += simd::sum_lanes(cs.policy);
+      p.kl += simd::sum_lanes(cs.kl);
+      p.entropy += simd::sum_lanes(cs.entropy);
+    }
+    if constexpr (Obj::kl_type::active) p.kl_sum += simd::sum_lanes(cs.kl_sum);
+    if (Diag) {
+      p.dual += cs.dual.total();
+      p.ppo_kl += simd::sum_lanes(cs.ppo_kl);
+      p.ratio_sum += simd::sum_lanes(cs.ratio_sum);
+      const double rmin = simd::min_lanes(cs.ratio_min), rmax = simd::max_lanes(cs.ratio_max);
+      p.ratio_min = rmin < p.ratio_min ? rmin : p.ratio_min;
+      p.ratio_max = rmax > p.ratio_max ? rmax : p.ratio_max;
+      p.entropy_kept_sum += simd::sum_lanes(cs.entropy_kept);
+      p.entropy_sum += simd::sum_lanes(cs.entropy_sum);
+      for (int k = 0; k < 3; ++k) {
+        p.var_sum[k] += simd::sum_lanes(cs.variance[k]);
+        p.var_count[k] += cs.var_count[k].total();
+      }
+    }
+  }
+
+  // The tokens [t0, t1) of response i.
+  template <bool Diag>
+  static RECO_SIMD_INLINE void run_response(const token_fn<Obj, T>& f, token_partial& p, chunk_sums& cs,
+                                            value_checks& checks,
+                                            index_t i, index_t t0, index_t t1) {
     const response_values v = f.response(i);
     // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
     auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
@@ -108,54 +186,70 @@ struct packed_kernel {
     const index_t hi = v.first < 0 ? t1 : clamp(v.last + 1, lo, t1);
     zero_gradients(f, t0, lo);
     zero_gradients(f, hi, t1);
-    lane_sums acc;
-    const bool diag = f.diagnostics;
-    // Runs that each fall in one third of the valid span (the cuts clamped into [lo, hi]).
-    const index_t bounds[4] = {lo, clamp(v.cut1, lo, hi), clamp(v.cut2, lo, hi), hi};
-    for (int third = 0; third < 3; ++third) {
-      const index_t begin = bounds[third], end = bounds[third + 1];
-      if (end <= begin) continue;
-      const double valid_before = acc.valid.total();
-      acc.variance = D(0.0);
-      index_t t = begin;
-      for (; t + L <= end; t += L) step<true>(f, v, t, L, diag, acc);
-      if (t < end) step<false>(f, v, t, static_cast<int>(end - t), diag, acc);
-      if (diag) {
-        acc.flush();
-        p.var_sum[third] += simd::sum_lanes(acc.variance);
-        p.var_count[third] += acc.valid.total() - valid_before;
-      }
-    }
-
-    p.valid += acc.valid.total();
-    p.policy_tokens += acc.policy_tokens.total();
-    // Float lanes without token weights sum the unscaled surrogate: the response's scale (a
-    // double) then multiplies the sum once instead of each term rounded to float.
-    p.policy += per_response_scale(f) ? v.policy_scale * simd::sum_lanes(acc.policy) : simd::sum_lanes(acc.policy);
-    if (diag) {
-      const double clipped = acc.clipped.total();
-      p.clipped += clipped;
-      if (v.advantage < 0) p.clip_low += clipped;
-      if (v.advantage > 0) p.clip_high += clipped;
-      p.dual += acc.dual.total();
-      p.ppo_kl += simd::sum_lanes(acc.ppo_kl);
-      p.ratio_sum += simd::sum_lanes(acc.ratio_sum);
-      const double rmin = simd::min_lanes(acc.ratio_min), rmax = simd::max_lanes(acc.ratio_max);
-      p.ratio_min = rmin < p.ratio_min ? rmin : p.ratio_min;
-      p.ratio_max = rmax > p.ratio_max ? rmax : p.ratio_max;
-      p.entropy_kept_sum += simd::sum_lanes(acc.entropy_kept);
-    }
-    const double entropy = simd::sum_lanes(acc.entropy);
-    if (diag) p.entropy_sum += entropy;
+    if (hi <= lo) return;
+    const bool check = f.checks.any();
+    // The response's scale of each loss part's sum.
+    const bool scaled = per_response_scale(f);
+    double kl_scale = 0, entropy_scale = 0;
     if constexpr (Obj::kl_type::active) {
-      if (term_on(f.obj.kl)) {
-        const double kl = simd::sum_lanes(acc.kl);
-        p.kl += term_of(f.obj.kl).params.beta * v.coef * kl;
-        p.kl_sum += kl;
-      }
+      if (term_on(f.obj.kl)) kl_scale = term_of(f.obj.kl).params.beta * v.coef;
     }
     if constexpr (Obj::entropy_type::active) {
-      if (term_on(f.obj.entropy)) p.entropy -= term_of(f.obj.entropy).params.coef * v.coef * entropy;
+      if (term_on(f.obj.entropy)) entropy_scale = -term_of(f.obj.entropy).params.coef * v.coef;
+    }
+    C clipped;  // this response's clipped tokens (low or high by its advantage's sign)
+    block_sums rs;  // double lanes: the response's loss parts
+    // The response's entropies, a sum of inputs: in double lanes pack by pack for either type,
+    // as the entropy means are exact sums of the inputs (docs/conventions.md, "Precision").
+    D entropy = D(0.0);
+    // Blocks of up to `block` packs: their terms, then their sums.
+    for (index_t t = lo; t < hi;) {
+      pack_terms terms[block];
+      const index_t first = t;
+      int packs = 0;
+      for (; packs < block && t + L <= hi; ++packs, t += L) body<true, Diag>(f, v, t, L, check, checks, terms[packs]);
+      if (packs < block && t < hi) {
+        body<false, Diag>(f, v, t, static_cast<int>(hi - t), check, checks, terms[packs++]);
+        t = hi;
+      }
+      block_sums bs;
+      for (int k = 0; k < packs; ++k)
+        add<Diag>(f, terms[k], first + static_cast<index_t>(k) * L, v, float_lanes ? bs : rs, bs, cs, entropy, clipped);
+      if constexpr (float_lanes) {
+        simd::accumulate_scaled(cs.policy, bs.policy, scaled ? v.policy_scale : 1.0);
+        if constexpr (Obj::kl_type::active) {
+          simd::accumulate_scaled(cs.kl, bs.kl, kl_scale);
+          simd::accumulate(cs.kl_sum, bs.kl);
+        }
+      }
+      if (Diag) {
+        simd::accumulate(cs.ppo_kl, bs.ppo_kl);
+        simd::accumulate(cs.ratio_sum, bs.ratio_sum);
+        for (int k = 0; k < 3; ++k) simd::accumulate(cs.variance[k], bs.variance[k]);
+      }
+    }
+    if constexpr (float_lanes) {
+      if (f.b.entropy) {
+        if (Diag) cs.entropy_sum += entropy;
+        if constexpr (Obj::entropy_type::active) cs.entropy += entropy * D(entropy_scale);
+      }
+    } else {
+      // Double lanes: the loss parts summed per response, as every earlier version did.
+      p.policy += simd::sum_lanes(rs.policy);
+      const double h = simd::sum_lanes(entropy);
+      if (Diag) p.entropy_sum += h;
+      if constexpr (Obj::kl_type::active) {
+        const double kl = simd::sum_lanes(rs.kl);
+        p.kl += kl_scale * kl;
+        p.kl_sum += kl;
+      }
+      if constexpr (Obj::entropy_type::active) p.entropy += entropy_scale * h;
+    }
+    if (Diag) {
+      const double n = clipped.total();
+      p.clipped += n;
+      if (v.advantage < 0) p.clip_low += n;
+      if (v.advantage > 0) p.clip_high += n;
     }
   }
 
@@ -164,17 +258,27 @@ struct packed_kernel {
   }
 
   static void zero_gradients(const token_fn<Obj, T>& f, index_t begin, index_t end) {
-    for (index_t t = begin; t < end; ++t) f.grad_logp[t] = T(0);
-    if (f.grad_entropy)
-      for (index_t t = begin; t < end; ++t) f.grad_entropy[t] = T(0);
+    if (end <= begin) return;
+    // All bits zero is +0 in float and double.
+    std::memset(f.grad_logp + begin, 0, static_cast<std::size_t>(end - begin) * sizeof(T));
+    if (f.grad_entropy) std::memset(f.grad_entropy + begin, 0, static_cast<std::size_t>(end - begin) * sizeof(T));
   }
 
-  // L tokens from t (Full), or the n < L left at the end of a run.
-  template <bool Full>
-  static RECO_SIMD_INLINE void step(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n,
-                                    bool diag, lane_sums& acc) {
+  // The token body of the L tokens from t (Full), or of the n < L left at the end of a run: the
+  // gradients written, the deferred value checks added to `checks`, the terms into `r`.
+  template <bool Full, bool Diag>
+  static RECO_SIMD_INLINE void body(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n, bool check,
+                                    value_checks& checks, pack_terms& r) {
     const batch_pointers<T>& b = f.b;
-
+    if constexpr (Full) {
+      // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
+      // last level cache: 4 KiB ahead, a line of each array per pack (of the mask, every 4th).
+      constexpr index_t ahead = 1024;
+      __builtin_prefetch(b.logp + t + ahead);
+      if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
+      if (Obj::kl_type::active) __builtin_prefetch(b.ref_logp + t + ahead);
+      if ((t & 63) == 0 && b.mask) __builtin_prefetch(b.mask + t + ahead);
+    }
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
     // for every component, so nothing below overflows or traps on them.
@@ -187,33 +291,75 @@ struct packed_kernel {
     c.entropy_quantile = v.entropy_quantile;
     const M policy = f.kept ? valid && io::template flags<Full>(f.kept + t, n) : valid;
     P scale = v.policy_scale;
-    if (b.token_weights)
-      scale = P(v.policy_scale) * simd::select(policy, io::template load<Full>(b.token_weights + t, n), P(0.0));
-    P ref = P(-1.0);
-    if constexpr (Obj::kl_type::active) {
-      if (term_on(f.obj.kl)) ref = simd::select(valid, io::template load<Full>(b.ref_logp + t, n), P(-1.0));
+    P weight = P(0.0);
+    if (b.token_weights) {
+      weight = io::template load<Full>(b.token_weights + t, n);
+      scale = P(v.policy_scale) * simd::select(policy, weight, P(0.0));
     }
+    P ref = P(-1.0);
+    if ((Obj::kl_type::active && term_on(f.obj.kl)) || f.checks.ref_logp)
+      ref = simd::select(valid, io::template load<Full>(b.ref_logp + t, n), P(-1.0));
+    // The deferred value checks, on the valid lanes (where the stand-ins are the inputs).
+    if (check) checks.add(f.checks, valid, c, ref, weight);
 
     const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
-    simd::accumulate(acc.policy, per_response_scale(f) ? k.surrogate : k.policy);
-    acc.policy_tokens.add(policy);
-    if (diag) {
-      acc.clipped.add(k.clipped);
-      acc.dual.add(k.dual);
-      auto& part = acc.part;
-      part.ppo_kl += k.ppo_kl;
-      part.ratio_sum += simd::select(policy, k.x, P(0.0));
-      acc.ratio_min = simd::select(policy && k.x < acc.ratio_min, k.x, acc.ratio_min);
-      acc.ratio_max = simd::select(policy && k.x > acc.ratio_max, k.x, acc.ratio_max);
-      if (b.entropy) simd::accumulate(acc.entropy_kept, simd::select(policy, c.entropy, P(0.0)));
-      part.variance += token_variance(c.logp, valid);
-      if (++acc.part_packs == block) acc.flush();
-    }
-    if constexpr (Obj::kl_type::active) simd::accumulate(acc.kl, k.kl);  // 0 while a selectable term is off
     if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
-    if (b.entropy && (diag || term_on(f.obj.entropy))) simd::accumulate(acc.entropy, c.entropy);
-    acc.valid.add(valid);
     io::template store<Full>(f.grad_logp + t, k.grad, n);
+    r.policy = per_response_scale(f) ? k.surrogate : k.policy;
+    r.kl = k.kl;
+    r.valid = valid;
+    r.policy_mask = policy;
+    r.entropy = c.entropy;
+    if constexpr (Diag) {
+      r.ppo_kl = k.ppo_kl;
+      r.x = k.x;
+      r.clipped = k.clipped;
+      r.dual = k.dual;
+      r.variance = token_variance(c.logp, valid);
+    }
+  }
+
+  // One pack's terms (its first token at t) into the sums: the loss parts into `loss` (the block's
+  // sums for float lanes, the response's for double lanes), the diagnostics into the block's, the
+  // token variance into the third of the response its lanes fall in.
+  template <bool Diag>
+  static RECO_SIMD_INLINE void add(const token_fn<Obj, T>& f, const pack_terms& k, index_t t, const response_values& v,
+                                   block_sums& loss, block_sums& bs, chunk_sums& cs, D& entropy, C& clipped) {
+    const M& policy = k.policy_mask;
+    loss.policy += k.policy;
+    if (f.kept) cs.policy_tokens.add(policy);
+    if constexpr (Diag) {
+      clipped.add(k.clipped);
+      cs.dual.add(k.dual);
+      bs.ppo_kl += k.ppo_kl;
+      bs.ratio_sum += simd::select(policy, k.x, P(0.0));
+      // x < min ? x : min on the policy lanes (a NaN ratio is left out, as by the scalar loop).
+      cs.ratio_min = simd::select(policy, simd::min_of(k.x, cs.ratio_min), cs.ratio_min);
+      cs.ratio_max = simd::select(policy, simd::max_of(k.x, cs.ratio_max), cs.ratio_max);
+      if (f.b.entropy) simd::accumulate(cs.entropy_kept, simd::select(policy, k.entropy, P(0.0)));
+      // Thirds: d = t - first falls in third floor(3 d / span), i.e. positions from cut1 on are
+      // in the second, from cut2 on in the third; a pack that straddles a cut splits its lanes.
+      const index_t end = t + L;
+      const int whole = end <= v.cut1 ? 0 : (t >= v.cut2 ? 2 : (t >= v.cut1 && end <= v.cut2 ? 1 : -1));
+      if (whole >= 0) {
+        bs.variance[whole] += k.variance;  // 0 on the invalid lanes
+        cs.var_count[whole].add(k.valid);
+      } else {
+        const index_t c1 = v.cut1 < t ? t : v.cut1, c2 = v.cut2 > end ? end : v.cut2;
+        const M before1 = io::first_lanes(static_cast<int>(c1 - t));
+        const M before2 = io::first_lanes(static_cast<int>(c2 - t));
+        add_third(bs, cs, 0, k.variance, k.valid && before1);
+        add_third(bs, cs, 1, k.variance, k.valid && before2 && !before1);
+        add_third(bs, cs, 2, k.variance, k.valid && !before2);
+      }
+    }
+    if constexpr (Obj::kl_type::active) loss.kl += k.kl;  // 0 while a selectable term is off
+    if (f.b.entropy && (Diag || term_on(f.obj.entropy))) simd::accumulate(entropy, k.entropy);
+    cs.valid.add(k.valid);
+  }
+  static RECO_SIMD_INLINE void add_third(block_sums& bs, chunk_sums& cs, int third, const P& variance, const M& lanes) {
+    bs.variance[third] += simd::select(lanes, variance, P(0.0));
+    cs.var_count[third].add(lanes);
   }
 };
 
@@ -228,14 +374,24 @@ struct packed_tokens {
   }
 };
 
-// The tokens [t0, t1) of response i, simd::width at a time; the scalar loop for advantages given
-// per token (a pack's components read one advantage for all its lanes).
+// The tokens [t0, t1) of responses i, i + 1, ... (a chunk of reco::cpu's token pass),
+// simd::width at a time; the scalar loop for advantages given per token (a pack's components read
+// one advantage for all its lanes).
 template <class Obj, class T>
 struct packed_pass<token_fn<Obj, T>> {
   static constexpr bool available = packed_tokens<Obj, T>::supported;
-  static void accumulate_segment(const token_fn<Obj, T>& f, token_partial& p, index_t i, index_t t0, index_t t1) {
-    if (f.b.token_advantages == nullptr) simd::run_widest<packed_tokens<Obj, T>>(f, p, i, t0, t1);
-    else f.accumulate_range(p, i, t0, t1);
+  static void accumulate_chunk(const token_fn<Obj, T>& f, token_partial& p, index_t i, index_t t0, index_t t1) {
+    if (f.b.token_advantages == nullptr) {
+      simd::run_widest<packed_tokens<Obj, T>>(f, p, i, t0, t1);
+      return;
+    }
+    const token_layout& layout = f.b.layout;
+    for (index_t t = t0; t < t1;) {
+      while (t >= layout.end(i)) ++i;
+      const index_t stop = layout.end(i) < t1 ? layout.end(i) : t1;
+      f.accumulate_range(p, i, t, stop);
+      t = stop;
+    }
   }
 };
 
