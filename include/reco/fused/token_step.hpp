@@ -3,15 +3,19 @@
 // check it against the generic token pass without a GPU.
 //
 // The arithmetic is the generic token pass's: the same token body and value checks
-// (algorithm/token_body.hpp) on a token_context in double, scaled by the same aggregation
-// coefficients and weights, so each token's gradient is the one the generic scalar path writes.
-// What differs: the per-response values are loaded once per run of tokens of the same response,
-// the value checks of the per-token inputs are made here (the generic path makes them in its
-// response scan), and partial sums are added in another order.
+// (algorithm/token_body.hpp), scaled by the same aggregation coefficients and weights. Per token
+// in the inputs' precision: double inputs on a token_context in double (each gradient the one the
+// generic scalar path writes), float inputs on float lanes (detail::float_lane: every term in
+// float, as the CPU's packed pass computes it; docs/conventions.md, "Precision"), the sums in
+// double either way. What differs from the generic path: the per-response values are loaded once
+// per run of tokens of the same response, the value checks of the per-token inputs are made here
+// (as the CPU's token pass makes those its scan leaves to it), and partial sums are added in
+// another order.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
@@ -20,6 +24,7 @@
 #include "reco/fused/partials.hpp"
 #include "reco/batch.hpp"
 #include "reco/component.hpp"
+#include "reco/detail/float_lane.hpp"
 #include "reco/detail/math.hpp"
 #include "reco/result.hpp"
 
@@ -87,55 +92,66 @@ RECO_HOST_DEVICE inline bool still_in(const token_layout& L, index_t i, index_t 
   return L.offsets[i] <= t && (i + 1 >= L.responses || L.offsets[i + 1] > t);
 }
 
-// One valid token: loads it into a token_context, runs the token body and the value checks
+// The per-token value type of inputs of type T: double for double inputs, float lanes otherwise.
+template <class T>
+using token_value_t = std::conditional_t<std::is_same_v<T, double>, double, detail::float_lane>;
+RECO_HOST_DEVICE inline double widen(double x) { return x; }
+RECO_HOST_DEVICE inline double widen(const detail::float_lane& x) { return static_cast<double>(x); }
+
+// One valid token: loads it into a token context, runs the token body and the value checks
 // (algorithm/token_body.hpp, the generic CPU path's own functions) and accumulates.
 template <class Obj, class T>
 RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const response_view& v, index_t t, T lp, T old,
                                         T ref, T h, T tw, bool keep, token_accumulator& acc, T& g_out, T& ge_out) {
+  using V = token_value_t<T>;
+  constexpr bool float_terms = !std::is_same_v<V, double>;
   const detail::batch_pointers<T>& b = a.b;
-  token_context c;
-  c.logp = static_cast<double>(lp);
-  c.old_logp = b.old_logp ? static_cast<double>(old) : c.logp;
-  c.entropy = b.entropy ? static_cast<double>(h) : 0.0;
+  basic_token_context<V> c;
+  c.logp = V(static_cast<double>(lp));
+  c.old_logp = b.old_logp ? V(static_cast<double>(old)) : c.logp;
+  c.entropy = b.entropy ? V(static_cast<double>(h)) : V(0.0);
   c.advantage = v.advantage;
   if (a.r.seq_log) c.sequence_log_ratio = v.sequence_log_ratio;
   if (a.r.entropy_q) c.entropy_quantile = v.entropy_quantile;
-  const double ref_logp = static_cast<double>(ref);
-  const double weight = b.token_weights ? static_cast<double>(tw) : 1.0;
+  const V ref_logp = V(static_cast<double>(ref));
+  const V weight = b.token_weights ? V(static_cast<double>(tw)) : V(1.0);
 
   // The generic response scan's value checks, made here where the values are read.
   const detail::token_checks which{b.old_logp != nullptr, a.checks.ref, a.checks.entropy, b.token_weights != nullptr};
-  detail::token_faults<double> faults;
+  detail::token_faults<V> faults;
   detail::token_value_checks(faults, which, true, c.logp, c.old_logp, ref_logp, c.entropy, weight);
   acc.status |= detail::fault_status(faults);
 
-  double scale = v.policy_scale;
-  if (b.token_weights) scale *= weight;
-  const detail::token_terms<double> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
+  // Float terms without token weights: the surrogate unscaled, the response's scale (a double)
+  // multiplying it in the sum, as the packed pass does per response.
+  const bool scale_in_sum = float_terms && !b.token_weights;
+  const V scale = b.token_weights ? V(v.policy_scale) * weight : V(v.policy_scale);
+  const detail::token_terms<V> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
   ++acc.valid;
   if (keep) {
-    acc.policy += k.policy;
+    acc.policy += scale_in_sum ? v.policy_scale * widen(k.surrogate) : widen(k.policy);
     ++acc.policy_tokens;
     acc.clipped += k.clipped ? 1 : 0;
     acc.clip_low += k.clipped && c.advantage < 0 ? 1 : 0;
     acc.clip_high += k.clipped && c.advantage > 0 ? 1 : 0;
     acc.dual += k.dual ? 1 : 0;
-    acc.ppo_kl += k.ppo_kl;
-    acc.ratio_sum += k.x;
-    acc.ratio_min = k.x < acc.ratio_min ? k.x : acc.ratio_min;
-    acc.ratio_max = k.x > acc.ratio_max ? k.x : acc.ratio_max;
-    acc.entropy_kept_sum += c.entropy;
+    const double x = widen(k.x);
+    acc.ppo_kl += widen(k.ppo_kl);
+    acc.ratio_sum += x;
+    acc.ratio_min = x < acc.ratio_min ? x : acc.ratio_min;
+    acc.ratio_max = x > acc.ratio_max ? x : acc.ratio_max;
+    acc.entropy_kept_sum += widen(c.entropy);
   }
   if constexpr (Obj::kl_type::active) {
-    acc.kl += a.obj.kl.params.beta * v.coef * k.kl;
-    acc.kl_sum += k.kl;
+    acc.kl += a.obj.kl.params.beta * v.coef * widen(k.kl);
+    acc.kl_sum += widen(k.kl);
   }
-  if constexpr (Obj::entropy_type::active) acc.entropy += k.entropy_grad * c.entropy;
-  ge_out = static_cast<T>(k.entropy_grad);
-  acc.entropy_sum += c.entropy;
+  if constexpr (Obj::entropy_type::active) acc.entropy += widen(k.entropy_grad) * widen(c.entropy);
+  ge_out = static_cast<T>(widen(k.entropy_grad));
+  acc.entropy_sum += widen(c.entropy);
   // Token variance by thirds of the response's valid span (clamped both ways so that a malformed
   // batch, already flagged in the status, cannot index outside the three bins).
-  const double variance = detail::token_variance(c.logp, true);
+  const double variance = widen(detail::token_variance(c.logp, true));
   int third = static_cast<int>((3 * (t - v.first)) / v.span);
   third = third > 2 ? 2 : (third < 0 ? 0 : third);
   if (third == 0) {
@@ -148,7 +164,7 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
     acc.var_sum[2] += variance;
     ++acc.var_count[2];
   }
-  g_out = static_cast<T>(k.grad);
+  g_out = static_cast<T>(widen(k.grad));
 }
 
 // One token slot of a thread's run: an invalid token (mask 0) gets exactly 0 gradients and is
