@@ -81,13 +81,15 @@ emulation_result emulate(const Obj& obj, const reco::batch_view<T>& batch, reco:
   const step_slice* planned = step_plan ? &on_device : nullptr;
   const auto args = fused::make_call_args(obj, batch, grads, sc, p, norm, /*epoch=*/1, planned);
 
-  // Kernel A: blocks over groups, responses of a group, then the last block.
+  // Kernel A: warps over groups, responses of a group, then the last block.
   const auto& ra = args.response;
+  constexpr index_t warps = fused::warps_per_response_block;
   for (index_t blk = 0; blk < p.response_grid; ++blk) {
     batch_partial bp{};
     response_partial rp{};
     group_partial gp{};
-    for (index_t g = blk; g < P; g += p.response_grid) {
+    for (index_t w = 0; w < warps; ++w)
+    for (index_t g = blk * warps + w; g < P; g += p.response_grid * warps) {
       index_t lo, hi;
       fused::group_range(b, g, lo, hi);
       for (index_t j = lo; j < hi; ++j) {

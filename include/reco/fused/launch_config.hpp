@@ -16,7 +16,7 @@ RECO_NAMESPACE_BEGIN
 namespace fused {
 
 // Block shapes of the fused kernels (compile-time: the kernels' shared memory depends on them).
-inline constexpr int response_block = 256;  // kernel A: one block per group, one warp per response
+inline constexpr int response_block = 256;  // kernel A: one warp per group
 inline constexpr int finalize_block = 256;  // kernel F: one warp per response
 inline constexpr int token_block = 256;     // kernel B: tiles of token_block * token_items tokens
 inline constexpr int token_items = 4;       // consecutive tokens per thread (one 16-byte float load)
@@ -26,6 +26,7 @@ inline constexpr index_t token_tile = static_cast<index_t>(token_block) * token_
 // registers (65,536 per SM). (A block count below it is still correct, only less occupied.)
 inline constexpr int min_blocks_per_sm = 4;
 inline constexpr int warps_per_finalize_block = finalize_block / 32;
+inline constexpr int warps_per_response_block = response_block / 32;
 
 // The last-block tickets keep their arrival count in 24 bits (see ticket.hpp), so no fused grid
 // may have 2^24 blocks; grids are capped by residency far below that.
@@ -105,7 +106,8 @@ inline bool vector_aligned(const token_pointers& p) {
 inline launch_config make_launch_config(const shape& sh, const stages& st, const device_limits& dev, const token_pointers& ptrs,
                       bool allow_vector_loads, int max_blocks) {
   launch_config p;
-  p.response_grid = grid_for(sh.groups, dev.sms, dev.response_blocks_per_sm, max_blocks);
+  p.response_grid = grid_for(ceil_div(sh.groups, warps_per_response_block), dev.sms, dev.response_blocks_per_sm,
+                             max_blocks);
   if (st.finalize || st.sequence_in_finalize)
     p.finalize_grid = grid_for(ceil_div(sh.responses, warps_per_finalize_block), dev.sms,
                                dev.finalize_blocks_per_sm, max_blocks);

@@ -1,11 +1,13 @@
 // Kernels A and F of the fused objective (the steps are in response_step.hpp).
 //
-// Kernel A: one block per group (grid-stride over groups), one warp per response of the group:
-//  1. each warp scans its response's tokens (lanes on consecutive tokens, four loads in flight);
-//  2. thread 0 runs the generic group stage (advantages, weights, group-mean normalisation), or,
-//     in a call of a split step, the threads take the step plan's values for their responses;
-//  3. warps compute a sequence-scope ratio's log-ratio when the advantages are final here;
-//  4. the block accumulates the generic batch / group / response partials of its responses.
+// Kernel A: one warp per group (warp-stride over groups), its lanes on consecutive tokens:
+//  1. the warp scans its group's responses one after another (four loads in flight per lane);
+//  2. lane 0 runs the generic group stage (advantages, weights, group-mean normalisation), or,
+//     in a call of a split step, the lanes take the step plan's values for the group's responses;
+//  3. the warp computes a sequence-scope ratio's log-ratio when the advantages are final here;
+//  4. the lanes accumulate the generic batch / group / response partials of the group's responses.
+// A group's steps depend on each other only within its warp (__syncwarp), so no block waits at
+// a barrier for its slowest group, and the grid is sized by groups, not by one block per group.
 // The last block merges every block's partial in block order and writes the batch scalars.
 //
 // Kernel F (only for batch-stage advantages or batch-mean weights): one warp per response
@@ -69,28 +71,31 @@ __global__ void __launch_bounds__(response_block, min_blocks_per_sm)
     response_kernel(const response_args<Obj, T> a) {
   constexpr int warps = response_block / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const index_t warp = static_cast<index_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
+  const index_t stride = static_cast<index_t>(gridDim.x) * warps;
 
   detail::batch_partial bp{};
   detail::response_partial rp{};
   detail::group_partial gp{};
-  for (index_t g = blockIdx.x; g < a.b.groups; g += gridDim.x) {
+  for (index_t g = warp; g < a.b.groups; g += stride) {
     index_t lo, hi;
     group_range(a.b, g, lo, hi);
-    for (index_t j = lo + warp; j < hi; j += warps) scan_response(a, j, lane);
-    __syncthreads();  // lengths and old means of the whole group are in place
+    for (index_t j = lo; j < hi; ++j) scan_response(a, j, lane);
+    __syncwarp();  // lengths and old means of the group are in place
     if (a.planned) {
-      for (index_t j = lo + threadIdx.x; j < hi; j += blockDim.x) planned_response(a, j);
-    } else if (threadIdx.x == 0) {
+      for (index_t j = lo + lane; j < hi; j += 32) planned_response(a, j);
+    } else if (lane == 0) {
       detail::group_fn<Obj, T>{a.obj, a.b, a.r, a.group_status, a.group_zero_std}(g);
       gp = detail::group_partial::merge(gp, detail::group_partial_fn{a.group_status, a.group_zero_std}(g));
     }
-    __syncthreads();  // advantages and weights of the group are in place
+    __syncwarp();  // advantages and weights of the group are in place
     if constexpr (Obj::ratio_type::scope == ratio_scope::sequence) {
-      if (a.sequence_here)
-        for (index_t j = lo + warp; j < hi; j += warps) sequence_response(a.obj, a.b, a.r, j, lane);
+      if (a.sequence_here) {
+        for (index_t j = lo; j < hi; ++j) sequence_response(a.obj, a.b, a.r, j, lane);
+        __syncwarp();
+      }
     }
-    for (index_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+    for (index_t j = lo + lane; j < hi; j += 32) {
       bp = detail::batch_partial::merge(bp, detail::batch_partial_fn<T>{a.b, a.r, a.reads_rewards}(j));
       if (a.final_responses) rp = detail::response_partial::merge(rp, detail::response_partial_fn{a.r}(j));
     }
