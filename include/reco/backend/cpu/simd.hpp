@@ -1208,9 +1208,21 @@ struct lanes<simd::fpack<L>> {
   static RECO_SIMD_INLINE pack bernoulli_variance(const pack& logq, double floor) {
     const simd::fexp_parts<L> e = simd::reduce_exp(logq);
     const pack q = simd::exp_from(e);
+    const double f = floor > 0x1p-126 ? floor : 0x1p-126;
+#if RECO_SIMD_OPAQUE_MASKS
+    if constexpr (simd::uses_kmask<L>) {
+      // 1 - q = -expm1(logq) = -(2^k p + (2^k - 1)) by two scalefs: a log-probability has k <= 0,
+      // so 2^k never overflows, and -expm1 is within 3u of 1 - q at every q (no cancellation as
+      // q -> 1; 1 - q >= 0.29 where k < 0), so no select between the two forms.
+      typename pack::raw scaled, power;
+      __asm__("vscalefps %2, %1, %0" : "=v"(scaled) : "v"(e.p.v), "v"(e.k.v));
+      __asm__("vscalefps %2, %1, %0" : "=v"(power) : "v"(pack(1.0).v), "v"(e.k.v));
+      const pack one_minus_q = (pack(1.0) - pack(power)) - pack(scaled);
+      return simd::max_of(q * one_minus_q, pack(f));
+    }
+#endif
     const pack one_minus_q = simd::select(q < 0.5, 1.0 - q, -simd::expm1_from(e));
     const pack v = q * one_minus_q;
-    const double f = floor > 0x1p-126 ? floor : 0x1p-126;
     return simd::max_of(v, pack(f));
   }
   // expm1(x) - x without the cancellation: r^2 q(r) itself where the reduction left x as it is
