@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -307,10 +308,11 @@ TEST(Identities, SplitBatchWithGlobalNormalisers) {
   }
 }
 
-// Repeated CPU runs give bitwise identical results, whatever the thread count.
+// Repeated CPU runs give bitwise identical results, whatever the thread count. (About 140K
+// tokens: above reco::cpu::serial_below, so the token pass's chunks run on the OpenMP team.)
 TEST(Identities, BitwiseDeterministic) {
   batch_spec spec;
-  spec.groups = 40;
+  spec.groups = 120;
   spec.max_length = 300;
   reco_test::master_batch m = make_batch(77, spec);
   typed_batch<float> tb(m);
@@ -334,6 +336,51 @@ TEST(Identities, BitwiseDeterministic) {
   same(reco::presets::rule_80_20_reco{});
   same(reco::presets::gspo{});
   same(reco::presets::aspo{});
+}
+
+// A call without token diagnostics gives the losses and gradients of a call with them, bit for
+// bit (the packed pass adds the same blocks either way), on float and double inputs.
+TEST(Identities, DiagnosticsDoNotChangeLossesOrGradients) {
+  batch_spec spec;
+  spec.groups = 30;
+  spec.max_length = 700;
+  spec.token_weights = true;
+  const reco_test::master_batch m = make_batch(78, spec);
+  auto check = [&](auto obj, auto zero, const std::string& name) {
+    using T = decltype(zero);
+    SCOPED_TRACE(name);
+    typed_batch<T> tb(m);
+    const bool eg = obj.needs().entropy_gradient;
+    auto call = [&](bool diagnostics, std::vector<T>& g, std::vector<T>& gh) {
+      g.assign(m.logp.size(), T(-7));
+      gh.assign(m.logp.size(), T(-7));
+      reco::cpu be;
+      be.diagnostics = diagnostics;
+      reco::workspace<reco::cpu> ws;
+      return obj(be, tb.view(), reco::gradients<T>{g, eg ? reco::span<T>(gh) : reco::span<T>()}, ws);
+    };
+    std::vector<T> g1, gh1, g2, gh2;
+    const auto a = call(true, g1, gh1);
+    const auto b = call(false, g2, gh2);
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0) << a.loss << " vs " << b.loss;
+    EXPECT_EQ(std::memcmp(&a.policy_loss, &b.policy_loss, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&a.kl_loss, &b.kl_loss, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&a.entropy_loss, &b.entropy_loss, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&a.stats.ref_kl_mean, &b.stats.ref_kl_mean, sizeof(double)), 0);
+    EXPECT_EQ(a.stats.valid_tokens, b.stats.valid_tokens);
+    EXPECT_EQ(a.stats.policy_tokens, b.stats.policy_tokens);
+    EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(T)), 0);
+    if (eg) EXPECT_EQ(std::memcmp(gh1.data(), gh2.data(), gh1.size() * sizeof(T)), 0);
+    EXPECT_EQ(b.stats.ppo_kl, 0.0) << "no diagnostics: they read 0";
+  };
+  check(reco::presets::grpo{}, 0.0f, "grpo float");
+  check(reco::presets::reco{}, 0.0f, "reco float");
+  check(reco::presets::rule_80_20{}, 0.0f, "rule_80_20 float");
+  check(reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
+                        reco::token_mean, reco::entropy_bonus, reco::kl_penalty>{},
+        0.0f, "entropy bonus float");
+  check(reco::presets::grpo{}, 0.0, "grpo double");
+  check(reco::presets::reco{}, 0.0, "reco double");
 }
 
 // Masked and padding tokens receive exactly zero gradient (and entropy gradient).
