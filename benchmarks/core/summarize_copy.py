@@ -11,6 +11,11 @@ copy / objective: the fraction of copy bandwidth the preset reaches (1 = at the 
 With one thread the same fraction from CPU time is printed too (the calling thread's CPU time
 leaves out the time a shared machine takes the core away; with more threads it counts only the
 calling thread, so it is left blank).
+
+    python3 summarize_copy.py --before before.json after.json
+
+compares two builds measured back to back on the same thread count: each one's objective time
+and fraction of its own copy row, the "no diagnostics" and float64 rows, and after / before.
 """
 import json
 import sys
@@ -48,5 +53,34 @@ def main(paths):
                   f"{t_copy:.2f} ms | {t_copy / t_obj:.3f} | {cpu} | {nbytes / t_obj / 1e6:.2f} | {copy[1] / t_copy / 1e6:.1f} |")
 
 
+def compare(before_path, after_path):
+    b, a = medians(before_path), medians(after_path)
+    print("| preset | N tokens | threads | copy | before | after | fraction before | **fraction after** | speed-up | "
+          "no diagnostics, after | float64 inputs: before | after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    order = ["grpo", "reco", "dapo", "rule_80_20", "clip_cov", "kl_cov"]
+    rows = [n.split("/") for n in a if n.startswith("objective_cpu/") and n.split("/")[2] == "packed"]
+    rows.sort(key=lambda p: (order.index(p[1]) if p[1] in order else len(order), p[1], int(p[3])))
+    for parts in rows:
+        name, preset, n = "/".join(parts), parts[1], parts[3]
+        if name not in b:
+            continue
+        t_a, t_b, threads = a[name][0], b[name][0], a[name][2]
+        c_a, c_b = a.get(f"copy_cpu/{preset}/{n}"), b.get(f"copy_cpu/{preset}/{n}")
+        if c_a is None or c_b is None:
+            continue
+
+        def opt(m, kind):
+            x = m.get(f"objective_cpu/{preset}/{kind}/{n}")
+            return f"{x[0]:.1f} ms" if x else "—"
+
+        print(f"| {preset} | {int(n):,} | {threads} | {c_a[0]:.2f} ms | {t_b:.1f} ms | {t_a:.1f} ms | "
+              f"{c_b[0] / t_b:.3f} | **{c_a[0] / t_a:.3f}** | {t_b / t_a:.2f}× | {opt(a, 'packed_no_diagnostics')} | "
+              f"{opt(b, 'packed_f64')} | {opt(a, 'packed_f64')} |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if len(sys.argv) == 4 and sys.argv[1] == "--before":
+        compare(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[1:])
