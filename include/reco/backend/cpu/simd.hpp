@@ -676,6 +676,7 @@ struct fpack {
     } else
 #endif
     {
+      (void)a, (void)b;
       return opaque_mask<mask_type>(comparison);
     }
   }
