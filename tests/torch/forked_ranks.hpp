@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -24,6 +25,10 @@ std::vector<int> spawn(int world, int seconds, Body body) {
     const pid_t pid = fork();
     if (pid == 0) {
       alarm(static_cast<unsigned>(seconds));
+      // A write to the socket of a rank that died must fail with EPIPE, which Gloo turns into
+      // the process group's error, not end this rank by SIGPIPE (the default for a C++ program;
+      // a Python process ignores SIGPIPE from its start, so torch.distributed never sees it).
+      std::signal(SIGPIPE, SIG_IGN);
       // One intra-op thread per rank: an OpenMP thread team the parent already started does not
       // survive fork, and the LibTorch of a PyTorch 2.x wheel then hangs in the child's first
       // parallel region (the ranks share the machine's cores anyway).
