@@ -155,9 +155,9 @@ struct packed_kernel {
     if constexpr (float_lanes) {
       p.policy += simd::sum_lanes(cs.policy);
       p.kl += simd::sum_lanes(cs.kl);
+      p.kl_sum += simd::sum_lanes(cs.kl_sum);
       p.entropy += simd::sum_lanes(cs.entropy);
     }
-    if constexpr (Obj::kl_type::active) p.kl_sum += simd::sum_lanes(cs.kl_sum);
     if (Diag) {
       p.dual += cs.dual.total();
       p.ppo_kl += simd::sum_lanes(cs.ppo_kl);

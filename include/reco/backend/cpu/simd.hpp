@@ -1046,11 +1046,7 @@ struct log_probability_keys<pack<W>> {
   }
 };
 
-// acc += x * scale lane by lane, in double (a float pack's two halves summed first).
-template <int W>
-RECO_SIMD_INLINE void accumulate_scaled(pack<W>& acc, const pack<W>& x, double scale) {
-  acc += x * pack<W>(scale);
-}
+// acc += x * scale lane by lane, in double (the float pack's two halves summed first).
 template <int W>
 RECO_SIMD_INLINE void accumulate_scaled(pack<W>& acc, const fpack<2 * W>& x, double scale) {
   pack<W> sum(0.0);
