@@ -15,7 +15,7 @@ calling thread, so it is left blank).
     python3 summarize_copy.py --before before.json after.json
 
 compares two builds measured back to back on the same thread count: each one's objective time
-and fraction of its own copy row, the "no diagnostics" and float64 rows, and after / before.
+and fraction of its own copy row, after / before, and the "no diagnostics" row of the second.
 """
 import json
 import sys
@@ -56,8 +56,8 @@ def main(paths):
 def compare(before_path, after_path):
     b, a = medians(before_path), medians(after_path)
     print("| preset | N tokens | threads | copy | before | after | fraction before | **fraction after** | speed-up | "
-          "no diagnostics, after | float64 inputs: before | after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "no diagnostics, after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     order = ["grpo", "reco", "dapo", "rule_80_20", "clip_cov", "kl_cov"]
     rows = [n.split("/") for n in a if n.startswith("objective_cpu/") and n.split("/")[2] == "packed"]
     rows.sort(key=lambda p: (order.index(p[1]) if p[1] in order else len(order), p[1], int(p[3])))
@@ -75,8 +75,7 @@ def compare(before_path, after_path):
             return f"{x[0]:.1f} ms" if x else "—"
 
         print(f"| {preset} | {int(n):,} | {threads} | {c_a[0]:.2f} ms | {t_b:.1f} ms | {t_a:.1f} ms | "
-              f"{c_b[0] / t_b:.3f} | **{c_a[0] / t_a:.3f}** | {t_b / t_a:.2f}× | {opt(a, 'packed_no_diagnostics')} | "
-              f"{opt(b, 'packed_f64')} | {opt(a, 'packed_f64')} |")
+              f"{c_b[0] / t_b:.3f} | **{c_a[0] / t_a:.3f}** | {t_b / t_a:.2f}× | {opt(a, 'packed_no_diagnostics')} |")
 
 
 if __name__ == "__main__":

@@ -126,17 +126,23 @@ struct packed_kernel {
     C valid, policy_tokens, dual, var_count[3];
   };
 
+  // The tokens [t0, t1) of responses i, i + 1, ... Whether the call computes the diagnostics is
+  // `Diag`: a compile-time constant for the 16-float packs of AVX-512 code (the loop of a call
+  // without them then carries none of their work or registers), a run-time flag with a branch
+  // per pack elsewhere (one loop instead of two: each doubles the preset instances' compile time).
   static RECO_SIMD_INLINE void run(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
                                    index_t t1) {
-    if (shared.diagnostics) run_chunk<true>(shared, p, i, t0, t1);
-    else run_chunk<false>(shared, p, i, t0, t1);
+    if constexpr (float_lanes && L == 16) {
+      if (shared.diagnostics) run_chunk(shared, p, i, t0, t1, std::true_type{});
+      else run_chunk(shared, p, i, t0, t1, std::false_type{});
+    } else {
+      run_chunk(shared, p, i, t0, t1, shared.diagnostics);
+    }
   }
 
-  // The tokens [t0, t1) of responses i, i + 1, ..., with or without the diagnostics: a template
-  // parameter, so that the loop of a call without them carries none of their registers.
-  template <bool Diag>
+  template <class Diag>
   static RECO_SIMD_INLINE void run_chunk(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
-                                         index_t t1) {
+                                         index_t t1, Diag diag) {
     // A local copy: the gradient stores cannot alias it, so the parameters and pointers stay in
     // registers instead of being reloaded after every store.
     const token_fn<Obj, T> f = shared;
@@ -146,7 +152,7 @@ struct packed_kernel {
     for (index_t t = t0; t < t1;) {
       while (t >= layout.end(i)) ++i;
       const index_t stop = layout.end(i) < t1 ? layout.end(i) : t1;
-      run_response<Diag>(f, p, cs, checks, i, t, stop);
+      run_response(f, p, cs, checks, diag, i, t, stop);
       t = stop;
     }
     p.valid += cs.valid.total();
@@ -158,7 +164,7 @@ struct packed_kernel {
       p.kl_sum += simd::sum_lanes(cs.kl_sum);
       p.entropy += simd::sum_lanes(cs.entropy);
     }
-    if (Diag) {
+    if (diag) {
       p.dual += cs.dual.total();
       p.ppo_kl += simd::sum_lanes(cs.ppo_kl);
       p.ratio_sum += simd::sum_lanes(cs.ratio_sum);
@@ -175,10 +181,9 @@ struct packed_kernel {
   }
 
   // The tokens [t0, t1) of response i.
-  template <bool Diag>
+  template <class Diag>
   static RECO_SIMD_INLINE void run_response(const token_fn<Obj, T>& f, token_partial& p, chunk_sums& cs,
-                                            value_checks& checks,
-                                            index_t i, index_t t0, index_t t1) {
+                                            value_checks& checks, Diag diag, index_t i, index_t t0, index_t t1) {
     const response_values v = f.response(i);
     // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
     auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
@@ -207,14 +212,14 @@ struct packed_kernel {
       pack_terms terms[block];
       const index_t first = t;
       int packs = 0;
-      for (; packs < block && t + L <= hi; ++packs, t += L) body<true, Diag>(f, v, t, L, check, checks, terms[packs]);
+      for (; packs < block && t + L <= hi; ++packs, t += L) body<true>(f, v, t, L, check, diag, checks, terms[packs]);
       if (packs < block && t < hi) {
-        body<false, Diag>(f, v, t, static_cast<int>(hi - t), check, checks, terms[packs++]);
+        body<false>(f, v, t, static_cast<int>(hi - t), check, diag, checks, terms[packs++]);
         t = hi;
       }
       block_sums bs;
       for (int k = 0; k < packs; ++k)
-        add<Diag>(f, terms[k], first + static_cast<index_t>(k) * L, v, float_lanes ? bs : rs, bs, cs, entropy, clipped);
+        add(f, terms[k], first + static_cast<index_t>(k) * L, v, diag, float_lanes ? bs : rs, bs, cs, entropy, clipped);
       if constexpr (float_lanes) {
         simd::accumulate_scaled(cs.policy, bs.policy, scaled ? v.policy_scale : 1.0);
         if constexpr (Obj::kl_type::active) {
@@ -222,7 +227,7 @@ struct packed_kernel {
           simd::accumulate(cs.kl_sum, bs.kl);
         }
       }
-      if (Diag) {
+      if (diag) {
         simd::accumulate(cs.ppo_kl, bs.ppo_kl);
         simd::accumulate(cs.ratio_sum, bs.ratio_sum);
         for (int k = 0; k < 3; ++k) simd::accumulate(cs.variance[k], bs.variance[k]);
@@ -230,14 +235,14 @@ struct packed_kernel {
     }
     if constexpr (float_lanes) {
       if (f.b.entropy) {
-        if (Diag) cs.entropy_sum += entropy;
+        if (diag) cs.entropy_sum += entropy;
         if constexpr (Obj::entropy_type::active) cs.entropy += entropy * D(entropy_scale);
       }
     } else {
       // Double lanes: the loss parts summed per response, as every earlier version did.
       p.policy += simd::sum_lanes(rs.policy);
       const double h = simd::sum_lanes(entropy);
-      if (Diag) p.entropy_sum += h;
+      if (diag) p.entropy_sum += h;
       if constexpr (Obj::kl_type::active) {
         const double kl = simd::sum_lanes(rs.kl);
         p.kl += kl_scale * kl;
@@ -245,7 +250,7 @@ struct packed_kernel {
       }
       if constexpr (Obj::entropy_type::active) p.entropy += entropy_scale * h;
     }
-    if (Diag) {
+    if (diag) {
       const double n = clipped.total();
       p.clipped += n;
       if (v.advantage < 0) p.clip_low += n;
@@ -266,9 +271,9 @@ struct packed_kernel {
 
   // The token body of the L tokens from t (Full), or of the n < L left at the end of a run: the
   // gradients written, the deferred value checks added to `checks`, the terms into `r`.
-  template <bool Full, bool Diag>
+  template <bool Full, class Diag>
   static RECO_SIMD_INLINE void body(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n, bool check,
-                                    value_checks& checks, pack_terms& r) {
+                                    Diag diag, value_checks& checks, pack_terms& r) {
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
@@ -310,7 +315,7 @@ struct packed_kernel {
     r.valid = valid;
     r.policy_mask = policy;
     r.entropy = c.entropy;
-    if constexpr (Diag) {
+    if (diag) {
       r.ppo_kl = k.ppo_kl;
       r.x = k.x;
       r.clipped = k.clipped;
@@ -322,13 +327,13 @@ struct packed_kernel {
   // One pack's terms (its first token at t) into the sums: the loss parts into `loss` (the block's
   // sums for float lanes, the response's for double lanes), the diagnostics into the block's, the
   // token variance into the third of the response its lanes fall in.
-  template <bool Diag>
+  template <class Diag>
   static RECO_SIMD_INLINE void add(const token_fn<Obj, T>& f, const pack_terms& k, index_t t, const response_values& v,
-                                   block_sums& loss, block_sums& bs, chunk_sums& cs, D& entropy, C& clipped) {
+                                   Diag diag, block_sums& loss, block_sums& bs, chunk_sums& cs, D& entropy, C& clipped) {
     const M& policy = k.policy_mask;
     loss.policy += k.policy;
     if (f.kept) cs.policy_tokens.add(policy);
-    if constexpr (Diag) {
+    if (diag) {
       clipped.add(k.clipped);
       cs.dual.add(k.dual);
       bs.ppo_kl += k.ppo_kl;
@@ -354,7 +359,7 @@ struct packed_kernel {
       }
     }
     if constexpr (Obj::kl_type::active) loss.kl += k.kl;  // 0 while a selectable term is off
-    if (f.b.entropy && (Diag || term_on(f.obj.entropy))) simd::accumulate(entropy, k.entropy);
+    if (f.b.entropy && (diag || term_on(f.obj.entropy))) simd::accumulate(entropy, k.entropy);
     cs.valid.add(k.valid);
   }
   static RECO_SIMD_INLINE void add_third(block_sums& bs, chunk_sums& cs, int third, const P& variance, const M& lanes) {
