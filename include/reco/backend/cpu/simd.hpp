@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -1009,41 +1010,37 @@ RECO_SIMD_INLINE std::int64_t nonzero_bytes(const std::uint8_t* p, std::int64_t 
 // or-ed in where bits - 1 has it (that is, for +0 and the negatives), so +0 and every value in
 // [-max, -0] have a key at most the key of -max, and NaN, +-inf and positive values a larger one.
 // The largest key over the lanes decides whether some lane failed.
-template <class P>
-struct log_probability_keys;
-template <int L>
-struct log_probability_keys<fpack<L>> {
-  typedef typename fvectors<L>::i32 i32;
-  typedef typename fvectors<L>::u32 u32;
-  static constexpr std::int32_t lowest = -8388609;  // 0xff7fffff: -FLT_MAX
-  i32 top = i32{} + lowest;
-  RECO_SIMD_INLINE void add(const fpack<L>& x) {
-    const u32 b = (u32)x.v;
-    const i32 key = (i32)(b | ((b - 1u) & 0x80000000u));
+// I, U: the signed and unsigned integer vectors of the pack's lanes; Lowest: the key of -max.
+template <class I, class U, int Lanes, std::int64_t Lowest>
+struct signed_key_max {
+  using S = std::decay_t<decltype(std::declval<I&>()[0])>;
+  using E = std::decay_t<decltype(std::declval<U&>()[0])>;
+  static constexpr S lowest = static_cast<S>(Lowest);
+  static constexpr E sign = E(1) << (8 * sizeof(E) - 1);
+  I top = I{} + lowest;
+  template <class Raw>
+  RECO_SIMD_INLINE void add_bits(const Raw& v) {
+    const U b = (U)v;
+    const I key = (I)(b | ((b - 1u) & sign));
     top = top > key ? top : key;
   }
   RECO_SIMD_INLINE bool failed() const {
-    std::int32_t m = lowest;
-    for (int k = 0; k < L; ++k) m = top[k] > m ? top[k] : m;
+    S m = lowest;
+    for (int k = 0; k < Lanes; ++k) m = top[k] > m ? top[k] : m;
     return m > lowest;
   }
 };
+template <class P>
+struct log_probability_keys;
+template <int L>
+struct log_probability_keys<fpack<L>>
+    : signed_key_max<typename fvectors<L>::i32, typename fvectors<L>::u32, L, -8388609> {  // 0xff7fffff: -FLT_MAX
+  RECO_SIMD_INLINE void add(const fpack<L>& x) { this->add_bits(x.v); }
+};
 template <int W>
-struct log_probability_keys<pack<W>> {
-  typedef typename vectors<W>::i64 i64;
-  typedef typename vectors<W>::u64 u64;
-  static constexpr std::int64_t lowest = -4503599627370497;  // 0xffefffffffffffff: -DBL_MAX
-  i64 top = i64{} + lowest;
-  RECO_SIMD_INLINE void add(const pack<W>& x) {
-    const u64 b = (u64)x.v;
-    const i64 key = (i64)(b | ((b - 1u) & 0x8000000000000000ull));
-    top = top > key ? top : key;
-  }
-  RECO_SIMD_INLINE bool failed() const {
-    std::int64_t m = lowest;
-    for (int k = 0; k < W; ++k) m = top[k] > m ? top[k] : m;
-    return m > lowest;
-  }
+struct log_probability_keys<pack<W>>
+    : signed_key_max<typename vectors<W>::i64, typename vectors<W>::u64, W, -4503599627370497> {  // -DBL_MAX
+  RECO_SIMD_INLINE void add(const pack<W>& x) { this->add_bits(x.v); }
 };
 
 // acc += x * scale lane by lane, in double (the float pack's two halves summed first).
