@@ -130,6 +130,51 @@ TEST(Covariance, ClipCovRemovesMinOfKAndTheCandidates) {
   EXPECT_TRUE(saw_subset_differ) << "the seed should change the subset somewhere";
 }
 
+// Batches of several hundred thousand tokens (a single call selects over several chunks of
+// responses and merges them; responses span many blocks of the covariance test), log-probabilities
+// on a grid of a few values (many tokens share a covariance, so ties sit on the cut), per-response
+// and per-token advantages: the selection against the reference's full sort.
+TEST(Covariance, LargeBatchesWithTiesMatchTheReference) {
+  for (std::uint64_t s = 0; s < 3; ++s) {
+    batch_spec spec;
+    spec.groups = 110;
+    spec.max_group = 8;
+    spec.max_length = 2400;
+    spec.padded = s == 1;
+    spec.token_advantages = s == 2;
+    spec.response_weights = true;
+    master_batch m = make_batch(4900 + s, spec);
+    for (double& x : m.logp) x = -0.25 * std::round(-x / 0.25);  // a grid of values <= 0
+    round_to<float>(m);
+    ASSERT_GT(m.logp.size(), std::size_t(1) << 18) << "chunks of responses";
+    for (double ratio : {2e-4, 0.3}) {
+      const std::string tag = " batch " + std::to_string(s) + " ratio " + std::to_string(ratio);
+      reco::presets::kl_cov kc;
+      reco_ref::config kcfg = reco_ref::preset("kl_cov");
+      biting(kc, kcfg, ratio, 7.0);
+      reco::presets::clip_cov cc;
+      reco_ref::config ccfg = reco_ref::preset("clip_cov");
+      biting(cc, ccfg, ratio, 7.0);
+      if (spec.token_advantages) kcfg.adv = ccfg.adv = reco_ref::advantage::given;
+      const reco_ref::output kref = reco_ref::evaluate(to_reference(m), kcfg);
+      const reco_ref::output cref = reco_ref::evaluate(to_reference(m), ccfg);
+      // (KL-Cov's float gradients add the penalty to the rounded policy gradient: on these
+      // batches' small gradients that cancellation, not the selection, sets their error.)
+      if (spec.token_advantages) {
+        expect_matches(run_library<double>(reco::with_given_advantages(kc), m), kref, tolerances_for<double>(),
+                       "kl_cov" + tag);
+        expect_matches(run_library<float>(reco::with_given_advantages(cc), m), cref, tolerances_for<float>(),
+                       "clip_cov float" + tag);
+      } else {
+        expect_matches(run_library<double>(kc, m), kref, tolerances_for<double>(), "kl_cov" + tag);
+        expect_matches(run_library<float>(cc, m), cref, tolerances_for<float>(), "clip_cov float" + tag);
+        expect_matches(run_library<double>(cc, m), cref, tolerances_for<double>(), "clip_cov" + tag);
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
 // Masked tokens get exactly 0 gradient, selected or not.
 TEST(Covariance, MaskedTokensGetZeroGradient) {
   for (std::uint64_t s = 0; s < 8; ++s) {

@@ -21,6 +21,7 @@
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/algorithm/response_passes.hpp"
+#include "reco/algorithm/top_k_stream.hpp"
 #include "reco/clip/ppo_clip.hpp"
 #include "reco/select/covariance.hpp"
 
@@ -210,12 +211,18 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
       if (b.valid(t)) in[t] = selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), value[t]);
 }
 
-// parts' candidates instead).
+// The scratch of a selection, kept per thread between calls: the values and flags of the
+// planned path (covariance_values), the per-response sums, the streams of the single call and
+// the selected tokens.
 struct covariance_buffers {
   std::vector<double> value;
-  std::vector<double> keys;  // the candidates' values, for the order statistic
   std::vector<std::uint8_t> in;
   std::vector<covariance_sums> sums;  // per response
+  std::vector<top_k_stream> streams;  // per chunk of responses
+  std::vector<std::vector<std::uint64_t>> hits;  // per chunk: a response's blocks that hit
+  std::vector<index_t> chunk_first;   // the chunks' first responses, and R at the end
+  std::vector<ranked_item> merged;
+  std::vector<index_t> selected;  // the selected tokens, increasing
   void size_for(index_t tokens) {
     value.resize(static_cast<std::size_t>(tokens));
     in.resize(static_cast<std::size_t>(tokens));
@@ -226,74 +233,164 @@ inline covariance_buffers& thread_covariance_buffers() {
   return c;
 }
 
-// flags[t] = 1 for the tokens one call on the whole batch selects, 0 otherwise (N entries).
-// Returns the number selected.
+// The blocks of `covariance_block` tokens of response range [t0, e) that hold a token (valid or
+// not: a masked token's false hit only costs the exact test) with lo < cov <= hi: bit j of
+// hits[j / 64] for the block from t0 + j * covariance_block. A pass of one call (for_each(1, ..)),
+// which the CPU backend runs on packs (reco/backend/cpu/packed_covariance.hpp).
+inline constexpr index_t covariance_block = 16;
+template <class T>
+struct covariance_block_hits_fn {
+  batch_pointers<T> b;
+  double response_adv, lo, hi;
+  covariance_means m;
+  index_t t0, e;
+  std::uint64_t* hits;
+  // The blocks of [t, e), the first of them block j.
+  void blocks_from(index_t t, index_t j) const {
+    for (; t < e; t += covariance_block, ++j) {
+      const index_t stop = std::min(t + covariance_block, e);
+      bool hit = false;
+      for (index_t u = t; u < stop; ++u) {
+        const double cov = token_covariance(b.advantage_at(u, response_adv), static_cast<double>(b.logp[u]), m);
+        hit |= cov > lo && cov <= hi;
+      }
+      if (j % 64 == 0) hits[j / 64] = 0;
+      hits[j / 64] |= static_cast<std::uint64_t>(hit) << (j % 64);
+    }
+  }
+  void operator()(index_t) const { blocks_from(t0, 0); }
+};
+
+// The valid tokens of responses [r0, r1) whose selection value the stream admits, pushed in
+// token order. Each response's blocks are tested first, with the bounds at the response's start
+// (KL-Cov: above the k-th best so far, which only rises; Clip-Cov: inside (lb, ub)), and the
+// exact test, the clip test and the key run only in the blocks that hit: the rest of the tokens
+// cannot enter. (KL-Cov takes every token until the stream holds k.)
 template <class Backend, class Obj, class T>
-index_t covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
-                          std::uint8_t* flags) {
+void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const double* adv,
+                       const covariance_means& m, index_t r0, index_t r1, top_k_stream& s,
+                       std::vector<std::uint64_t>& hits) {
+  const auto& p = obj.select.params;
+  const bool kl = p.mode == covariance_mode::kl;
   const token_layout& L = b.layout;
-  const index_t N = L.tokens;
-  std::fill(flags, flags + N, std::uint8_t(0));
+  auto exact = [&](index_t i, index_t t0, index_t t, index_t stop) {
+    for (index_t u = t; u < stop; ++u) {
+      if (!b.valid(u)) continue;
+      const double a = b.advantage_at(u, adv[i]);
+      const double logp = static_cast<double>(b.logp[u]);
+      double v = 0;
+      if (kl) {
+        v = token_covariance(a, logp, m);
+      } else {
+        if (!clip_candidate(obj, b, u, a, logp, token_covariance(a, logp, m))) continue;
+        v = clip_value(p.seed, i, u - t0);
+      }
+      if (s.admits(v)) s.push(v, u);
+    }
+  };
+  for (index_t i = r0; i < r1; ++i) {
+    const index_t t0 = L.begin(i), e = L.end(i);
+    if (e <= t0) continue;
+    if (kl && !s.full()) {
+      exact(i, t0, t0, e);
+      continue;
+    }
+    const index_t blocks = (e - t0 + covariance_block - 1) / covariance_block;
+    hits.resize(static_cast<std::size_t>((blocks + 63) / 64));
+    be.for_each(1, covariance_block_hits_fn<T>{b, adv[i], kl ? s.floor() : p.lb, kl ? HUGE_VAL : p.ub, m, t0, e,
+                                               hits.data()});
+    for (index_t w = 0; w * 64 < blocks; ++w)
+      for (std::uint64_t bits = hits[static_cast<std::size_t>(w)]; bits != 0; bits &= bits - 1) {
+        const index_t t = t0 + (w * 64 + __builtin_ctzll(bits)) * covariance_block;
+        exact(i, t0, t, std::min(t + covariance_block, e));
+      }
+  }
+}
+
+// One call's selection (no plan): the tokens one call on the whole batch selects, in increasing
+// order, into `selected`; flags are not written. The responses run in chunks of about
+// `chunk_tokens` tokens, each chunk a stream of its own (in parallel on a parallel backend), and
+// the streams merge into the k best of all: the same tokens whatever the number of threads.
+template <class Backend, class Obj, class T>
+void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
+                       std::vector<index_t>& selected) {
+  const token_layout& L = b.layout;
+  selected.clear();
   covariance_buffers& buf = thread_covariance_buffers();
-  buf.size_for(N);
   buf.sums.resize(static_cast<std::size_t>(L.responses));
   be.for_each(L.responses, covariance_sums_fn<T>{b, buf.sums.data()});
   covariance_means m;
   for (index_t i = 0; i < L.responses; ++i)
     covariance_add(m, buf.sums[static_cast<std::size_t>(i)], r.adv[i], b.token_advantages != nullptr);
   const index_t k = covariance_count(obj.select.params.ratio, m.n);
-  if (k == 0) return 0;
+  if (k == 0) return;
   covariance_finish(m);
-  covariance_values(obj, b, r.adv, m, 0, buf.value.data(), buf.in.data());
-  const double* v = buf.value.data();
-  const std::uint8_t* in = buf.in.data();
-  // The candidates' values, contiguous: the backend's order statistic (O(n), it permutes them)
-  // gives the take-th largest, the cut.
-  buf.keys.resize(static_cast<std::size_t>(N));
-  index_t n = 0;
-  for (index_t t = 0; t < N; ++t) {
-    buf.keys[static_cast<std::size_t>(n)] = v[t];
-    n += in[t] != 0;
+  constexpr index_t chunk_tokens = index_t(1) << 18;
+  buf.chunk_first.clear();
+  for (index_t i = 0; i < L.responses; ++i)
+    if (buf.chunk_first.empty() || L.begin(i) - L.begin(buf.chunk_first.back()) >= chunk_tokens)
+      buf.chunk_first.push_back(i);
+  const std::size_t chunks = buf.chunk_first.size();
+  buf.chunk_first.push_back(L.responses);
+  if (buf.streams.size() < chunks) buf.streams.resize(chunks);
+  if (buf.hits.size() < chunks) buf.hits.resize(chunks);
+  top_k_stream* streams = buf.streams.data();
+  std::vector<std::uint64_t>* hits = buf.hits.data();
+  const index_t* first = buf.chunk_first.data();
+  const double* adv = r.adv;
+  for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k);
+  // (A chunk's block tests are passes of one call: they run on the chunk's thread.)
+  be.for_each(static_cast<index_t>(chunks), [=, &be, &obj](index_t c) {
+    covariance_stream(be, obj, b, adv, m, first[c], first[c + 1], streams[c], hits[c]);
+  });
+  top_k_merge(buf.streams, chunks, k, buf.merged, selected);
+}
+
+// The tokens of `flags` that are set, in increasing order.
+inline void flagged_tokens(const std::uint8_t* flags, index_t n, std::vector<index_t>& out) {
+  out.clear();
+  for (index_t t = 0; t < n; ++t)
+    if (flags[t]) out.push_back(t);
+}
+
+// Clip-Cov's kept flags: every valid token but the selected ones, and the kept counts per
+// response.
+template <class T>
+void clip_cov_kept(const batch_pointers<T>& b, const std::vector<index_t>& selected, const index_t* length,
+                   std::uint8_t* kept, index_t* kept_count) {
+  const token_layout& L = b.layout;
+  const index_t N = L.tokens;
+  if (const std::uint8_t* const mask = b.mask) {  // a local: the byte stores may alias b
+    for (index_t t = 0; t < N; ++t) kept[t] = mask[t] != 0;
+  } else {
+    std::fill(kept, kept + N, std::uint8_t(1));
   }
-  const index_t take = std::min(k, n);
-  if (take == n) {
-    for (index_t t = 0; t < N; ++t) flags[t] = in[t] != 0;
-    return take;
+  for (const index_t t : selected) kept[t] = 0;
+  std::size_t j = 0;
+  for (index_t i = 0; i < L.responses; ++i) {
+    index_t n = 0;
+    for (; j < selected.size() && selected[j] < L.end(i); ++j) n += selected[j] >= L.begin(i);
+    kept_count[i] = length[i] - n;
   }
-  const index_t rank = n - take;  // ascending rank of the take-th largest
-  double cut = 0;
-  be.order_statistics(buf.keys.data(), n, &rank, 1, &cut);
-  // The values above the cut, then the earliest tokens on it until `take` are kept: the largest
-  // values, the earlier token first on equal values.
-  index_t above = 0;
-  for (index_t t = 0; t < N; ++t) above += (in[t] != 0) & (v[t] > cut);
-  index_t ties = take - above;
-  for (index_t t = 0; t < N; ++t) {
-    const bool on_cut = in[t] != 0 && v[t] == cut && ties > 0;
-    ties -= on_cut;
-    flags[t] = static_cast<std::uint8_t>((in[t] != 0 && v[t] > cut) || on_cut);
-  }
-  return take;
 }
 
 // KL-Cov: + coef |logp - old_logp| on the selected tokens' policy term, with the policy term's
 // scale (aggregation coefficient, response weight, token weight). The subgradient at 0 is 0.
 template <class Obj, class T>
 void covariance_penalty(const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
-                        const std::uint8_t* flags, T* grad_logp, token_partial& tokens) {
+                        const std::vector<index_t>& selected, T* grad_logp, token_partial& tokens) {
   const double coef = obj.select.params.coef;
   const token_layout& L = b.layout;
   double loss = 0;
-  for (index_t i = 0; i < L.responses; ++i) {
+  index_t i = 0;
+  for (const index_t t : selected) {
+    while (t >= L.end(i)) ++i;
     const double scale_i = r.coef_policy[i] * r.weight[i];
-    for (index_t t = L.begin(i); t < L.end(i); ++t) {
-      if (!flags[t]) continue;
-      const double d = b.old_logp ? static_cast<double>(b.logp[t]) - static_cast<double>(b.old_logp[t]) : 0.0;
-      const double scale = b.token_weights ? scale_i * static_cast<double>(b.token_weights[t]) : scale_i;
-      loss += scale * coef * std::fabs(d);
-      const double sign = d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0);
-      grad_logp[t] = static_cast<T>(static_cast<double>(grad_logp[t]) + scale * coef * sign);
-    }
+    const double d = b.old_logp ? static_cast<double>(b.logp[t]) - static_cast<double>(b.old_logp[t]) : 0.0;
+    const double scale = b.token_weights ? scale_i * static_cast<double>(b.token_weights[t]) : scale_i;
+    loss += scale * coef * std::fabs(d);
+    const double sign = d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0);
+    grad_logp[t] = static_cast<T>(static_cast<double>(grad_logp[t]) + scale * coef * sign);
   }
   tokens.policy += loss;
 }

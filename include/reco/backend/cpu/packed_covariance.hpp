@@ -71,6 +71,37 @@ struct packed_pass<covariance_sums_fn<T>> {
   static constexpr bool available = true;
   static void run(const covariance_sums_fn<T>& f, index_t i) { f.out[i] = response_covariance_sums(f.b, i, packed_lane_sum_fn{}); }
 };
+
+// covariance_block_hits_fn on packs: a block's covariances in double, W at a time (the same
+// operations as the generic test), its hit one test of the packs' ored masks.
+template <class T>
+struct block_hits_pass {
+  template <int W>
+  static RECO_SIMD_INLINE void run(const covariance_block_hits_fn<T>& f) {
+    static_assert(covariance_block % W == 0, "whole packs in a block");
+    using P = simd::pack<W>;
+    const batch_pointers<T>& b = f.b;
+    const P mean_adv(f.m.adv), mean_logp(f.m.logp), lo(f.lo), hi(f.hi);
+    const P c = P(f.response_adv) - mean_adv;
+    index_t t = f.t0, j = 0;
+    for (; t + covariance_block <= f.e; t += covariance_block, ++j) {
+      auto hit = simd::mask<W>(false);
+      for (index_t u = t; u < t + covariance_block; u += W) {
+        const P x = simd::load<W>(b.logp + u) - mean_logp;
+        const P cov = b.token_advantages ? (simd::load<W>(b.token_advantages + u) - mean_adv) * x : c * x;
+        hit = hit || (cov > lo && cov <= hi);
+      }
+      if (j % 64 == 0) f.hits[j / 64] = 0;
+      f.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
+    }
+    f.blocks_from(t, j);  // a last, partial block
+  }
+};
+template <class T>
+struct packed_pass<covariance_block_hits_fn<T>> {
+  static constexpr bool available = true;
+  static void run(const covariance_block_hits_fn<T>& f, index_t) { simd::run_widest<block_hits_pass<T>>(f); }
+};
 #endif
 
 // Response i's sums on the host (the step plan's summaries): on packs where the unit has them.
