@@ -97,14 +97,28 @@ TEST(Selection, MaskedFloatOrderStatisticsMatchSortedKeys) {
         const std::vector<std::vector<index_t>> rank_sets = {{0, n - 1}, {p80, std::min(p80 + 1, n - 1)},
                                                              {r, r}, {-1, n}, {n - 1, 0}};
         for (const auto& ranks : rank_sets) {
-          double out[2] = {7.0, 7.0};
-          reco::cpu{}.masked_order_statistics(values.data(), masked ? mask.data() : nullptr, n, ranks.data(), 2, out);
+          double out[2] = {7.0, 7.0}, counts[2] = {-1.0, -1.0};
+          reco::cpu{}.masked_order_statistics(values.data(), masked ? mask.data() : nullptr, n, ranks.data(), 2, out,
+                                              counts);
           for (int j = 0; j < 2; ++j) {
             const index_t rk = ranks[static_cast<std::size_t>(j)];
             const double want = (rk < 0 || rk >= n) ? 0.0 : keys[static_cast<std::size_t>(rk)];
             EXPECT_TRUE(out[j] == want) << "n=" << n << " pattern=" << static_cast<int>(pat) << " masked=" << masked
                                         << " rank=" << rk << " got " << out[j] << " want " << want;
           }
+          // The valid values above the first rank's value and equal to it (none where it is no
+          // valid value: outside [0, n) or a masked token's +inf).
+          double above = 0, equal = 0;
+          index_t valid = 0;
+          for (std::size_t t = 0; t < values.size(); ++t) valid += !masked || mask[t];
+          if (ranks[0] >= 0 && ranks[0] < valid)
+            for (std::size_t t = 0; t < values.size(); ++t)
+              if (!masked || mask[t]) {
+                above += static_cast<double>(values[t]) > out[0];
+                equal += static_cast<double>(values[t]) == out[0];
+              }
+          EXPECT_EQ(counts[0], above) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << ranks[0];
+          EXPECT_EQ(counts[1], equal) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << ranks[0];
         }
       }
     }

@@ -186,10 +186,27 @@ struct kept_fn {
       return;
     }
     const double cut = c.value;
-    if (mask == nullptr) {
-      for (index_t t = b; t < e; ++t) kept[t] = static_cast<double>(values[t]) >= cut;
+    if constexpr (std::is_same_v<T, float>) {
+      // A cut a float holds (top_k's is a token's value) compares the same in float: a loop of
+      // one width.
+      const float cut_f = static_cast<float>(cut);
+      if (static_cast<double>(cut_f) == cut) {
+        mark_at_least(values, cut_f, b, e);
+        return;
+      }
+    }
+    mark_at_least(values, cut, b, e);
+  }
+  template <class U, class C>
+  void mark_at_least(const U* v, C cut, index_t b, index_t e) const {
+    // Locals: a store through a byte pointer may alias this object's members, which the loop
+    // would then reload per token instead of vectorising.
+    const std::uint8_t* const m = mask;
+    std::uint8_t* const out = kept;
+    if (m == nullptr) {
+      for (index_t t = b; t < e; ++t) out[t] = static_cast<C>(v[t]) >= cut;
     } else {
-      for (index_t t = b; t < e; ++t) kept[t] = (mask[t] != 0) & (static_cast<double>(values[t]) >= cut);
+      for (index_t t = b; t < e; ++t) out[t] = (m[t] != 0) & (static_cast<C>(v[t]) >= cut);
     }
   }
 };
@@ -224,7 +241,7 @@ template <class B>
 struct has_masked_order_statistics<
     B, std::void_t<decltype(std::declval<const B&>().masked_order_statistics(
            std::declval<const float*>(), std::declval<const std::uint8_t*>(), index_t{}, std::declval<const index_t*>(),
-           int{}, std::declval<double*>()))>> : std::true_type {};
+           int{}, std::declval<double*>(), std::declval<double*>()))>> : std::true_type {};
 
 // The cut over a population of n entropies (mask may be null) into s->cut.
 // Scratch: keys (n doubles). population: the number of valid entries, in backend memory.
@@ -239,9 +256,16 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
     be.for_each(1, set_cut_fn{s, given});
     return;
   }
+  // The radix selection (host memory) counts the tokens above and on the top_k cut, its first
+  // rank's value, on the way: no pass of its own.
+  bool counted = false;
   if constexpr (std::is_same_v<T, float> && has_masked_order_statistics<Backend>::value) {
     be.for_each(1, cut_ranks_fn{s, population, p});
-    be.masked_order_statistics(values, mask, n, s->select_ranks, 2, s->select_values);
+    double counts[2];
+    be.masked_order_statistics(values, mask, n, s->select_ranks, 2, s->select_values, counts);
+    s->cut_counts.greater = counts[0];
+    s->cut_counts.equal = counts[1];
+    counted = true;
   } else {
     be.for_each(n, fill_keys_fn<T>{values, mask, keys});
     be.for_each(1, cut_ranks_fn{s, population, p});
@@ -249,7 +273,7 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
   }
   be.for_each(1, cut_value_fn{s, population, s->select_values, p});
   if (p.rule == selection_rule::top_k) {
-    be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &s->cut_counts);
+    if (!counted) be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &s->cut_counts);
     be.for_each(1, cut_ties_fn{s});
   }
 }

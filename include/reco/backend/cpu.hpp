@@ -351,9 +351,10 @@ struct cpu {
 
   // The same over the valid entries of float values (masked ones count as +inf), without a key
   // per token: a radix selection on the floats' bits (reco/backend/cpu/float_order_statistics.hpp).
+  // counts (may be null): how many valid values lie above out[0] and on it.
   void masked_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks, int m,
-                               double* out) const {
-    detail::masked_float_order_statistics(values, mask, n, ranks, m, out);
+                               double* out, double* counts = nullptr) const {
+    detail::masked_float_order_statistics(values, mask, n, ranks, m, out, counts);
   }
 
   // Sorts each response's slice [begin_i, end_i) of keys ascending.

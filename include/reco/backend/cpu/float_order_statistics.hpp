@@ -80,8 +80,12 @@ struct radix_low_keys {
 // out[j] = the ranks[j]-th smallest of values[t] over the tokens t < n with mask[t] != 0 (mask may
 // be null: every token), as a double; masked tokens count as +inf, as the generic path's keys
 // (HUGE_VAL for a rank among them), and a rank outside [0, n) gives 0. m <= 2.
+// counts (may be null): the valid tokens above out[0] and equal to it, which the histograms hold
+// already (keys order the floats exactly, -0 equal to +0): 0 and 0 where out[0] is not a valid
+// token's value.
 inline void masked_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n,
-                                          const index_t* ranks, int m, double* out) {
+                                          const index_t* ranks, int m, double* out, double* counts = nullptr) {
+  if (counts) counts[0] = counts[1] = 0;
   constexpr int buckets = 1 << 16;
   std::vector<index_t> high(buckets + 1, 0);  // the last slot takes the masked tokens
   std::uint32_t bucket[radix_block];
@@ -129,6 +133,10 @@ inline void masked_float_order_statistics(const float* values, const std::uint8_
     std::uint32_t l = 0;
     while (below + low[l] <= r) below += low[l++];
     out[j] = static_cast<double>(from_ordered_key((h << 16) | l));
+    if (j == 0 && counts) {
+      counts[0] = static_cast<double>(valid - below - low[l]);
+      counts[1] = static_cast<double>(low[l]);
+    }
   }
 }
 
