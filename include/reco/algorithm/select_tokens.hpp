@@ -164,8 +164,9 @@ struct kept_fn {
   const T* values;
   const std::uint8_t* mask;
   const objective_scalars* s;
-  const index_t* tie_rank;  // null: every tie fits the budget
+  const index_t* tie_rank;  // null: every tie fits the budget (or, above_only, none is marked)
   std::uint8_t* kept;
+  bool above_only = false;  // host: the tokens on the cut are left to keep_first_ties
   RECO_HOST_DEVICE void operator()(index_t t) const {
     if (mask != nullptr && mask[t] == 0) {
       kept[t] = 0;
@@ -174,14 +175,14 @@ struct kept_fn {
     const double h = static_cast<double>(values[t]);
     const entropy_cut& c = s->cut;
     bool keep = h > c.value;
-    if (h == c.value) keep = c.ties < 0 || tie_rank == nullptr || tie_rank[t] < c.ties;
+    if (h == c.value) keep = !above_only && (c.ties < 0 || tie_rank == nullptr || tie_rank[t] < c.ties);
     kept[t] = keep ? 1 : 0;
   }
-  // Host form for reco::cpu: the same flags over [b, e); where every tie is kept, a loop without
-  // branches.
+  // Host form for reco::cpu: the same flags over [b, e); where every tie is kept (or none), a
+  // loop without branches.
   void run_range(index_t b, index_t e) const {
     const entropy_cut& c = s->cut;
-    if (c.ties >= 0 && tie_rank != nullptr) {
+    if (c.ties >= 0 && tie_rank != nullptr && !above_only) {
       for (index_t t = b; t < e; ++t) (*this)(t);
       return;
     }
@@ -191,25 +192,51 @@ struct kept_fn {
       // one width.
       const float cut_f = static_cast<float>(cut);
       if (static_cast<double>(cut_f) == cut) {
-        mark_at_least(values, cut_f, b, e);
+        mark(values, cut_f, b, e);
         return;
       }
     }
-    mark_at_least(values, cut, b, e);
+    mark(values, cut, b, e);
   }
   template <class U, class C>
-  void mark_at_least(const U* v, C cut, index_t b, index_t e) const {
+  void mark(const U* v, C cut, index_t b, index_t e) const {
     // Locals: a store through a byte pointer may alias this object's members, which the loop
     // would then reload per token instead of vectorising.
     const std::uint8_t* const m = mask;
     std::uint8_t* const out = kept;
-    if (m == nullptr) {
+    if (above_only) {
+      if (m == nullptr) {
+        for (index_t t = b; t < e; ++t) out[t] = static_cast<C>(v[t]) > cut;
+      } else {
+        for (index_t t = b; t < e; ++t) out[t] = (m[t] != 0) & (static_cast<C>(v[t]) > cut);
+      }
+    } else if (m == nullptr) {
       for (index_t t = b; t < e; ++t) out[t] = static_cast<C>(v[t]) >= cut;
     } else {
       for (index_t t = b; t < e; ++t) out[t] = (m[t] != 0) & (static_cast<C>(v[t]) >= cut);
     }
   }
 };
+
+// Host: keeps the first `ties` valid tokens on the cut, in position order (kept holds the tokens
+// above it). A walk that stops at the last one kept, testing blocks of tokens for a value on the
+// cut before looking at their tokens one by one.
+template <class T>
+void keep_first_ties(const T* values, const std::uint8_t* mask, index_t n, double cut, index_t ties,
+                     std::uint8_t* kept) {
+  constexpr index_t block = 64;
+  for (index_t t0 = 0; t0 < n && ties > 0; t0 += block) {
+    const index_t e = t0 + block < n ? t0 + block : n;
+    bool any = false;
+    for (index_t t = t0; t < e; ++t) any |= static_cast<double>(values[t]) == cut;
+    if (!any) continue;
+    for (index_t t = t0; t < e && ties > 0; ++t)
+      if ((mask == nullptr || mask[t] != 0) && static_cast<double>(values[t]) == cut) {
+        kept[t] = 1;
+        --ties;
+      }
+  }
+}
 
 struct set_cut_fn {
   objective_scalars* s;
@@ -293,6 +320,14 @@ void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, ind
       cut_partial c = s->cut_counts;
       if (s->cut_counted == 0) be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
       need_ranks = static_cast<double>(s->cut.ties) < c.equal;
+    }
+  }
+  if constexpr (Backend::host_accessible) {
+    // The tokens above the cut, then the first of those on it: no rank per token.
+    if (need_ranks) {
+      be.for_each(n, kept_fn<T>{values, mask, s, nullptr, kept, true});
+      keep_first_ties(values, mask, n, s->cut.value, s->cut.ties, kept);
+      return;
     }
   }
   if (need_ranks) {
