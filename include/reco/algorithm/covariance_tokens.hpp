@@ -308,9 +308,11 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
 }
 
 // One call's selection (no plan): the tokens one call on the whole batch selects, in increasing
-// order, into `selected`; flags are not written. The responses run in chunks of about
-// `chunk_tokens` tokens, each chunk a stream of its own (in parallel on a parallel backend), and
-// the streams merge into the k best of all: the same tokens whatever the number of threads.
+// order, into `selected`; flags are not written. The responses run in chunks, each a stream of
+// its own (in parallel on a parallel backend), and the streams merge into the k best of all: the
+// same tokens whatever the chunks. A stream of C tokens admits about k (1 + ln(C / k)) of them,
+// so the chunks are few (at most 16, of at least 2^16 tokens): with k a fixed share of N the
+// share of tokens admitted then does not grow with N.
 template <class Backend, class Obj, class T>
 void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
                        std::vector<index_t>& selected) {
@@ -325,7 +327,8 @@ void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T
   const index_t k = covariance_count(obj.select.params.ratio, m.n);
   if (k == 0) return;
   covariance_finish(m);
-  constexpr index_t chunk_tokens = index_t(1) << 18;
+  constexpr index_t max_chunks = 16, min_chunk = index_t(1) << 16;
+  const index_t chunk_tokens = std::max(min_chunk, (L.tokens + max_chunks - 1) / max_chunks);
   buf.chunk_first.clear();
   for (index_t i = 0; i < L.responses; ++i)
     if (buf.chunk_first.empty() || L.begin(i) - L.begin(buf.chunk_first.back()) >= chunk_tokens)
