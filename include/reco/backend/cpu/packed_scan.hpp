@@ -83,8 +83,12 @@ struct packed_scan {
     using M = typename io::M;
     const batch_pointers<T>& b = f.b;
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
-    const P lp = io::template load<Full>(b.logp + t, n);
-    const P old = which.old_logp ? io::template load<Full>(b.old_logp + t, n) : lp;
+    // Only what the checks and the sum read is loaded (reco's scan reads old_logp alone): the
+    // old log-probabilities are logp's where the batch has none.
+    const P lp = which.logp ? io::template load<Full>(b.logp + t, n) : P(-1.0);
+    const bool reads_old = which.old_logp || (f.sums_old && !b.rollout_logp);
+    const T* const old_src = b.old_logp ? b.old_logp : b.logp;
+    const P old = !reads_old ? lp : (old_src == b.logp && which.logp ? lp : io::template load<Full>(old_src + t, n));
     if (f.sums_old)
       simd::accumulate(st.old_sum,
                        simd::select(valid, b.rollout_logp ? io::template load<Full>(b.rollout_logp + t, n) : old, P(0.0)));
