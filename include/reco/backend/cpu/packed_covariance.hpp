@@ -85,6 +85,9 @@ struct block_hits_pass {
     const P c = P(f.response_adv) - mean_adv;
     index_t t = f.t0, j = 0;
     for (; t + covariance_block <= f.e; t += covariance_block, ++j) {
+      // A response at a time is too short a stream for the hardware prefetcher to run ahead.
+      __builtin_prefetch(b.logp + t + 1024);
+      if (b.token_advantages) __builtin_prefetch(b.token_advantages + t + 1024);
       auto hit = simd::mask<W>(false);
       for (index_t u = t; u < t + covariance_block; u += W) {
         const P x = simd::load<W>(b.logp + u) - mean_logp;
