@@ -119,6 +119,12 @@ TEST(Selection, MaskedFloatOrderStatisticsMatchSortedKeys) {
               }
           EXPECT_EQ(counts[0], above) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << ranks[0];
           EXPECT_EQ(counts[1], equal) << "n=" << n << " pattern=" << static_cast<int>(pat) << " rank=" << ranks[0];
+          // The histograms counted in parts (one per thread on reco::cpu) give the same.
+          double out3[2] = {7.0, 7.0}, counts3[2] = {-1.0, -1.0};
+          reco::detail::masked_float_order_statistics(values.data(), masked ? mask.data() : nullptr, n, ranks.data(),
+                                                      2, out3, counts3, 3);
+          EXPECT_TRUE(out3[0] == out[0] && out3[1] == out[1]) << "n=" << n << " in 3 parts";
+          EXPECT_TRUE(counts3[0] == counts[0] && counts3[1] == counts[1]) << "n=" << n << " in 3 parts";
         }
       }
     }

@@ -17,6 +17,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 #if defined(_OPENMP)
+#include <omp.h>
 #include <thrust/system/omp/execution_policy.h>
 #else
 #include <thrust/system/cpp/execution_policy.h>
@@ -352,9 +353,17 @@ struct cpu {
   // The same over the valid entries of float values (masked ones count as +inf), without a key
   // per token: a radix selection on the floats' bits (reco/backend/cpu/float_order_statistics.hpp).
   // counts (may be null): how many valid values lie above out[0] and on it.
+  // Its passes run in a part per thread (of at least 2^20 values), in parallel unless serial: the
+  // counts are exact, so the parts do not change the result.
   void masked_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks, int m,
                                double* out, double* counts = nullptr) const {
-    detail::masked_float_order_statistics(values, mask, n, ranks, m, out, counts);
+    index_t parts = 1;
+#if defined(_OPENMP)
+    if (!serial) parts = std::min<index_t>(omp_get_max_threads(), std::max<index_t>(1, n >> 20));
+#endif
+    parts = std::max<index_t>(parts, (n >> 31) + 1);  // a part's 32-bit counts cannot overflow
+    detail::masked_float_order_statistics(values, mask, n, ranks, m, out, counts, static_cast<int>(parts),
+                                          [this](index_t k, auto f) { for_each(k, f); });
   }
 
   // Sorts each response's slice [begin_i, end_i) of keys ascending.

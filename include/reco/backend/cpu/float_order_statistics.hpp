@@ -77,26 +77,66 @@ struct radix_low_keys {
     }
   }
 };
+// The histogram of `Keys`'s slots (0 .. buckets) over [0, n), slot `buckets` left at 0 where
+// Skip (a low pass: most tokens fall there, and one counter taking them all would make every
+// increment wait on the last): parts of the values counted by `for_each` (a backend's parallel loop) into histograms
+// of their own, then added in part order (exact counts: the same whatever runs the parts).
+template <class Keys, bool Skip, class ForEach, class... A>
+void radix_histogram(const float* values, const std::uint8_t* mask, index_t n, int parts, ForEach&& for_each,
+                     std::vector<std::uint32_t>& part_counts, std::vector<index_t>& out, const A&... a) {
+  constexpr int buckets = 1 << 16;
+  constexpr std::size_t slots = buckets + 1;
+  part_counts.assign(static_cast<std::size_t>(parts) * slots, 0);
+  const index_t blocks = (n + radix_block - 1) / radix_block;
+  const index_t per_part = (blocks + parts - 1) / parts;
+  std::uint32_t* const counts = part_counts.data();
+  for_each(static_cast<index_t>(parts), [=](index_t p) {
+    std::uint32_t bucket[radix_block];
+    std::uint32_t* const h = counts + static_cast<std::size_t>(p) * slots;
+    const index_t end = std::min(n, (p + 1) * per_part * radix_block);
+    for (index_t t0 = p * per_part * radix_block; t0 < end; t0 += radix_block) {
+      const index_t len = std::min(radix_block, end - t0);
+      const float* v = values + t0;
+      const std::uint8_t* mk = mask ? mask + t0 : nullptr;
+      std::uint32_t* bk = bucket;
+      simd::run_widest_loops<Keys>(v, mk, len, a..., bk);
+      if constexpr (Skip) {
+        for (index_t t = 0; t < len; ++t)
+          if (bucket[t] != buckets) ++h[bucket[t]];  // rarely taken: a predictable branch
+      } else {
+        for (index_t t = 0; t < len; ++t) ++h[bucket[t]];
+      }
+    }
+  });
+  out.assign(slots, 0);
+  for (int p = 0; p < parts; ++p)
+    for (std::size_t k = 0; k < slots; ++k) out[k] += counts[static_cast<std::size_t>(p) * slots + k];
+}
+
+// A sequential for_each.
+struct serial_for_each {
+  template <class F>
+  void operator()(index_t n, F f) const {
+    for (index_t i = 0; i < n; ++i) f(i);
+  }
+};
+
 // out[j] = the ranks[j]-th smallest of values[t] over the tokens t < n with mask[t] != 0 (mask may
 // be null: every token), as a double; masked tokens count as +inf, as the generic path's keys
 // (HUGE_VAL for a rank among them), and a rank outside [0, n) gives 0. m <= 2.
 // counts (may be null): the valid tokens above out[0] and equal to it, which the histograms hold
 // already (keys order the floats exactly, -0 equal to +0): 0 and 0 where out[0] is not a valid
-// token's value.
-inline void masked_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n,
-                                          const index_t* ranks, int m, double* out, double* counts = nullptr) {
+// token's value. The passes over the values run in `parts` parts through `for_each` (a
+// backend's parallel loop; a part counts at most 2^32 - 1 values).
+template <class ForEach = serial_for_each>
+void masked_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks,
+                                   int m, double* out, double* counts = nullptr, int parts = 1,
+                                   ForEach&& for_each = {}) {
   if (counts) counts[0] = counts[1] = 0;
   constexpr int buckets = 1 << 16;
-  std::vector<index_t> high(buckets + 1, 0);  // the last slot takes the masked tokens
-  std::uint32_t bucket[radix_block];
-  for (index_t t0 = 0; t0 < n; t0 += radix_block) {
-    const index_t len = std::min(radix_block, n - t0);
-    const float* v = values + t0;
-    const std::uint8_t* mk = mask ? mask + t0 : nullptr;
-    std::uint32_t* bk = bucket;
-    simd::run_widest_loops<radix_high_keys>(v, mk, len, bk);
-    for (index_t t = 0; t < len; ++t) ++high[bucket[t]];
-  }
+  std::vector<std::uint32_t> part_counts;
+  std::vector<index_t> high;  // the last slot takes the masked tokens
+  radix_histogram<radix_high_keys, false>(values, mask, n, parts, for_each, part_counts, high);
   const index_t valid = n - high[buckets];
   // Per rank in [0, valid): its high bucket and its rank inside it; a bucket's low histogram is
   // counted once for the ranks it holds (the quantile rule's two ranks are usually neighbours).
@@ -117,16 +157,7 @@ inline void masked_float_order_statistics(const float* values, const std::uint8_
     std::uint32_t h = 0;
     while (below + high[h] <= r) below += high[h++];
     if (!have_low || counted != h) {
-      low.assign(buckets, 0);
-      for (index_t t0 = 0; t0 < n; t0 += radix_block) {
-        const index_t len = std::min(radix_block, n - t0);
-        const float* v = values + t0;
-        const std::uint8_t* mk = mask ? mask + t0 : nullptr;
-        std::uint32_t* sl = bucket;
-        simd::run_widest_loops<radix_low_keys>(v, mk, len, h, sl);
-        for (index_t t = 0; t < len; ++t)
-          if (bucket[t] != buckets) ++low[bucket[t]];  // rarely taken: a predictable branch
-      }
+      radix_histogram<radix_low_keys, true>(values, mask, n, parts, for_each, part_counts, low, h);
       counted = h;
       have_low = true;
     }
