@@ -135,13 +135,13 @@ TEST(Covariance, ClipCovRemovesMinOfKAndTheCandidates) {
 // on a grid of a few values (many tokens share a covariance, so ties sit on the cut), per-response
 // and per-token advantages: the selection against the reference's full sort.
 TEST(Covariance, LargeBatchesWithTiesMatchTheReference) {
-  for (std::uint64_t s = 0; s < 3; ++s) {
+  for (std::uint64_t s = 0; s < 2; ++s) {
     batch_spec spec;
     spec.groups = 110;
     spec.max_group = 8;
     spec.max_length = 2400;
     spec.padded = s == 1;
-    spec.token_advantages = s == 2;
+    spec.token_advantages = s == 1;
     spec.response_weights = true;
     master_batch m = make_batch(4900 + s, spec);
     for (double& x : m.logp) x = -0.25 * std::round(-x / 0.25);  // a grid of values <= 0
