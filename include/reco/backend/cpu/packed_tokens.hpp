@@ -310,7 +310,8 @@ struct packed_kernel {
     const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
     if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
     io::template store<Full>(f.grad_logp + t, k.grad, n);
-    r.policy = per_response_scale(f) ? k.surrogate : k.policy;
+    if (per_response_scale(f)) r.policy = k.surrogate;
+    else r.policy = k.policy;
     r.kl = k.kl;
     r.valid = valid;
     r.policy_mask = policy;
