@@ -278,14 +278,17 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
       if (!b.valid(u)) continue;
       const double a = b.advantage_at(u, adv[i]);
       const double logp = static_cast<double>(b.logp[u]);
-      double v = 0;
+      const double cov = token_covariance(a, logp, m);
       if (kl) {
-        v = token_covariance(a, logp, m);
-      } else {
-        if (!clip_candidate(obj, b, u, a, logp, token_covariance(a, logp, m))) continue;
-        v = clip_value(p.seed, i, u - t0);
+        if (s.admits(cov)) s.push(cov, u);
+        continue;
       }
-      if (s.admits(v)) s.push(v, u);
+      // Clip-Cov: the band, then the key the stream may admit, and only then the clip test with
+      // its exponential (clip_candidate's conditions, cheapest first: most tokens in the band
+      // have a key the full stream turns away).
+      if (!(cov > p.lb && cov < p.ub)) continue;
+      const double v = clip_value(p.seed, i, u - t0);
+      if (s.admits(v) && clip_open(obj, b, u, a, logp)) s.push(v, u);
     }
   };
   for (index_t i = r0; i < r1; ++i) {
