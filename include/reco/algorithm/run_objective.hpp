@@ -68,16 +68,18 @@ void planned_response_values(const Backend& be, const step_slice& plan, const ba
   if (s->status) throw_data_error(b, s->status);
 }
 
-// Clip-Cov / KL-Cov's selected tokens, in increasing order, into `selected`: this call's own
-// selection, or the step's (its means and cut; the values of this call's tokens are those the
-// plan ranked; the counts per response must be those the plan counted). Host memory.
+// Clip-Cov / KL-Cov's selected tokens, in increasing order (this thread's scratch, kept between
+// calls): this call's own selection, or the step's (its means and cut; the values of this call's
+// tokens are those the plan ranked; the counts per response must be those the plan counted).
+// Host memory.
 template <class Objective, class Backend, class T>
-void covariance_selected(const Objective& obj, const Backend& be, const batch_pointers<T>& b, response_scratch& r,
-                         objective_scratch& sc, const step_slice* plan, std::vector<index_t>& selected) {
+const std::vector<index_t>& covariance_selected(const Objective& obj, const Backend& be, const batch_pointers<T>& b,
+                                                response_scratch& r, objective_scratch& sc, const step_slice* plan) {
   const index_t R = b.layout.responses;
+  std::vector<index_t>& selected = thread_covariance_buffers().selected;
   if (plan == nullptr) {
     covariance_select(be, obj, b, r, selected);
-    return;
+    return selected;
   }
   covariance_means m;
   m.adv = plan->covariance_adv;
@@ -89,6 +91,7 @@ void covariance_selected(const Objective& obj, const Backend& be, const batch_po
   be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
   require_planned_kept(*plan, r.kept, R, "the log-probabilities or advantages ranked by covariance");
   flagged_tokens(sc.kept, b.layout.tokens, selected);
+  return selected;
 }
 
 // An 80/20 selection's kept flags in sc.kept and counts in r.kept: this call's own cut, or the
@@ -168,17 +171,15 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
 
   const std::uint8_t* kept = nullptr;
   constexpr bool covariance = is_covariance_selection_v<typename Objective::selector_type>;
-  // Clip-Cov / KL-Cov's selected tokens (this thread's scratch, kept between calls).
-  std::vector<index_t>* const selected_tokens = covariance ? &thread_covariance_buffers().selected : nullptr;
+  const std::vector<index_t>* selected = nullptr;  // Clip-Cov / KL-Cov's selected tokens
   if constexpr (covariance) {
     static_assert(runs_host_selections_v<Backend>,
                   "reco::objective: covariance_selection (clip_cov / kl_cov) selects in host memory: it runs on "
                   "host-accessible backends (reco::cpu)");
-    std::vector<index_t>& selected = *selected_tokens;
-    covariance_selected(obj, be, b, r, sc, planned, selected);
+    selected = &covariance_selected(obj, be, b, r, sc, planned);
     if (obj.select.params.mode == covariance_mode::clip) {
       // The selected tokens leave the policy term; the denominator keeps every valid token.
-      clip_cov_kept(b, selected, r.length, sc.kept, r.kept);
+      clip_cov_kept(b, *selected, r.length, sc.kept, r.kept);
       kept = sc.kept;
     } else {
       r.kept = r.length;
@@ -216,7 +217,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   }
   if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)
-      covariance_penalty(obj, b, r, *selected_tokens, grads.logp.data(), *sc.tokens);
+      covariance_penalty(obj, b, r, *selected, grads.logp.data(), *sc.tokens);
   }
   be.for_each(1, result_fn{s, sc.tokens, sc.result, b.entropy != nullptr, reads_rewards, P});
   return sc.result;
