@@ -1,6 +1,8 @@
 // The 80/20 rule's selection on the CPU backend against naive references: the backend's order
 // statistics (sampled selection for large n, nested nth_element for small n) against a sorted
-// copy, the radix selection over float values against sorted keys, and the cut and kept flags (compute_cut + mark_kept) against a sort-and-count reference,
+// copy, the float selection (sampled band, radix) over float values against sorted keys, and the
+// cut, kept flags and counts per response (compute_cut + mark_kept / mark_kept_counted) against a
+// sort-and-count reference,
 // on data with many ties (-0.0 and +0.0 among them), all-equal keys, sorted and periodic layouts.
 #include <gtest/gtest.h>
 
@@ -125,6 +127,30 @@ TEST(Selection, MaskedFloatOrderStatisticsMatchSortedKeys) {
                                                       2, out3, counts3, 3);
           EXPECT_TRUE(out3[0] == out[0] && out3[1] == out[1]) << "n=" << n << " in 3 parts";
           EXPECT_TRUE(counts3[0] == counts[0] && counts3[1] == counts[1]) << "n=" << n << " in 3 parts";
+          // The sampled path (tried first from 2^20 values; here from 1,000), in one part and in
+          // three: where it answers, the same values and counts; on spread-out values it answers.
+          for (const int parts : {1, 3}) {
+            double outs[2] = {7.0, 7.0}, counts_s[2] = {-1.0, -1.0};
+            reco::detail::serial_for_each each;
+            const bool answered = n >= 1000 && reco::detail::sampled_float_order_statistics(
+                                                   values.data(), masked ? mask.data() : nullptr, n, ranks.data(), 2,
+                                                   outs, counts_s, parts, each);
+            const bool near = ranks[0] >= 0 && ranks[0] < n && std::abs(ranks[1] - ranks[0]) <= 1;
+            if (n >= 50000 && pat == pattern::uniform && near) {
+              EXPECT_TRUE(answered) << "n=" << n << " rank=" << ranks[0] << ": the sample's band missed";
+            }
+            if (!answered) continue;
+            EXPECT_TRUE(outs[0] == out[0] && outs[1] == out[1])
+                << "n=" << n << " pattern=" << static_cast<int>(pat) << " masked=" << masked << " sampled, " << parts
+                << " parts: " << outs[0] << " " << outs[1] << " want " << out[0] << " " << out[1];
+            EXPECT_TRUE(counts_s[0] == counts[0] && counts_s[1] == counts[1])
+                << "n=" << n << " pattern=" << static_cast<int>(pat) << " sampled counts";
+          }
+          double outm[2] = {7.0, 7.0}, countsm[2] = {-1.0, -1.0};
+          reco::detail::masked_float_order_statistics(values.data(), masked ? mask.data() : nullptr, n, ranks.data(),
+                                                      2, outm, countsm, 2, reco::detail::serial_for_each{}, 1000);
+          EXPECT_TRUE(outm[0] == out[0] && outm[1] == out[1]) << "n=" << n << " sampled first";
+          EXPECT_TRUE(countsm[0] == counts[0] && countsm[1] == counts[1]) << "n=" << n << " sampled first";
         }
       }
     }
@@ -193,6 +219,37 @@ void check_cut(const std::vector<T>& h, const std::vector<std::uint8_t>& mask, d
   compute_cut(be, h.data(), mask.data(), n, pg, &population, keys.data(), &g);
   mark_kept(be, h.data(), mask.data(), n, &g, tie_rank.data(), kept_given.data());
   EXPECT_TRUE(kept_given == want.kept) << what << " (given cut)";
+
+  // The host's one pass over responses (the objective's path on reco::cpu): the same flags, and
+  // each response's kept count, on a packed layout of uneven responses (both cuts: counted by
+  // compute_cut, and given), in one serial part and in parallel.
+  std::vector<index_t> offsets{0};
+  std::mt19937_64 rng(static_cast<std::uint64_t>(n));
+  std::uniform_int_distribution<index_t> length(0, 700);
+  while (offsets.back() < n) offsets.push_back(std::min(n, offsets.back() + length(rng)));
+  reco::token_layout layout;
+  layout.kind = reco::layout_kind::packed;
+  layout.responses = static_cast<index_t>(offsets.size()) - 1;
+  layout.offsets = reco::span<const index_t>(offsets.data(), offsets.size());
+  layout.tokens = n;
+  for (const bool given : {false, true}) {
+    for (const bool serial : {true, false}) {
+      reco::cpu host;
+      host.serial = serial;
+      objective_scalars c = given ? g : s;
+      if (given) compute_cut(be, h.data(), mask.data(), n, pg, &population, keys.data(), &c);
+      std::vector<std::uint8_t> flags(h.size(), 9);
+      std::vector<index_t> counts(static_cast<std::size_t>(layout.responses), -1);
+      mark_kept_counted(host, h.data(), mask.data(), layout, &c, flags.data(), counts.data());
+      EXPECT_TRUE(flags == want.kept) << what << " (per response, given " << given << ")";
+      for (index_t i = 0; i < layout.responses; ++i) {
+        index_t k = 0;
+        for (index_t t = offsets[static_cast<std::size_t>(i)]; t < offsets[static_cast<std::size_t>(i) + 1]; ++t)
+          k += want.kept[static_cast<std::size_t>(t)];
+        ASSERT_EQ(counts[static_cast<std::size_t>(i)], k) << what << " response " << i << " (given " << given << ")";
+      }
+    }
+  }
 }
 
 TEST(Selection, TopKCutAndKeptMatchNaive) {

@@ -100,11 +100,19 @@ template <class Objective, class Backend, class T>
 void entropy_kept(const Objective& obj, const Backend& be, const batch_pointers<T>& b, response_scratch& r,
                   objective_scratch& sc, const step_slice* plan) {
   const index_t R = b.layout.responses;
-  if (plan == nullptr)
+  if (plan == nullptr) {
+    if constexpr (Backend::host_accessible) {
+      // The flags and their counts per response in one pass.
+      compute_cut(be, b.entropy, b.mask, b.layout.tokens, term_of(obj.select).params, &sc.scalars->batch.tokens,
+                  sc.keys, sc.scalars);
+      mark_kept_counted(be, b.entropy, b.mask, b.layout, sc.scalars, sc.kept, r.kept);
+      return;
+    }
     select_tokens(be, b.entropy, b.mask, b.layout.tokens, term_of(obj.select).params, sc.scalars, sc.keys,
                   sc.tie_rank, sc.kept);
-  else
+  } else {
     be.for_each(R, planned_kept_fn<T>{{b.layout, b.entropy, b.mask, *plan, sc.kept}});
+  }
   be.for_each(R, kept_count_fn{b.layout, sc.kept, r.kept});
   if constexpr (Backend::host_accessible) {
     if (plan != nullptr) require_planned_kept(*plan, r.kept, R, "the entropies");

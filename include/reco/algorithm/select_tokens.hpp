@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "reco/algorithm/partials.hpp"
 #include "reco/detail/math.hpp"
@@ -305,23 +306,84 @@ void compute_cut(const Backend& be, const T* values, const std::uint8_t* mask, i
   }
 }
 
+// Host: response i's kept flags and its kept count in one loop (the flags are not read back to
+// count them); with `on_cut`, the tokens on the cut are left unkept and counted there instead
+// (the tie budget drops some: keep_first_ties_by_response decides which).
+template <class T>
+struct kept_response_fn {
+  token_layout layout;
+  const T* values;
+  const std::uint8_t* mask;
+  double cut;
+  std::uint8_t* kept;
+  index_t* count;
+  index_t* on_cut;  // null: every token on the cut is kept
+  // reco::cpu runs the same loops vectorised (reco/backend/cpu/packed_kept.hpp).
+  void operator()(index_t i) const {
+    index_t k = 0, equal = 0;
+    for (index_t t = layout.begin(i); t < layout.end(i); ++t) {
+      if (mask != nullptr && mask[t] == 0) {
+        kept[t] = 0;
+        continue;
+      }
+      const double h = static_cast<double>(values[t]);
+      kept[t] = on_cut == nullptr ? h >= cut : h > cut;
+      k += kept[t];
+      equal += h == cut;
+    }
+    count[i] = k;
+    if (on_cut != nullptr) on_cut[i] = equal;
+  }
+};
+
+// Host: keeps the first `ties` valid tokens on the cut in position order, walking only the
+// responses that hold some (on_cut[i] of them in response i) until the budget is spent.
+template <class T>
+void keep_first_ties_by_response(const token_layout& layout, const T* values, const std::uint8_t* mask, double cut,
+                                 index_t ties, const index_t* on_cut, std::uint8_t* kept, index_t* count) {
+  for (index_t i = 0; i < layout.responses && ties > 0; ++i) {
+    if (on_cut[i] == 0) continue;
+    const index_t e = layout.end(i);
+    for (index_t t = layout.begin(i); t < e && ties > 0; ++t)
+      if ((mask == nullptr || mask[t] != 0) && static_cast<double>(values[t]) == cut) {
+        kept[t] = 1;
+        ++count[i];
+        --ties;
+      }
+  }
+}
+
+// Whether the tie budget of the cut in s drops some of the valid tokens on it (host memory).
+template <class Backend, class T>
+bool cut_drops_ties(const Backend& be, const T* values, const std::uint8_t* mask, index_t n, objective_scalars* s) {
+  if (s->cut.ties < 0) return false;
+  // compute_cut counted the tokens on this cut already (top_k rule); a given cut has no counts.
+  cut_partial c = s->cut_counts;
+  if (s->cut_counted == 0) be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
+  return static_cast<double>(s->cut.ties) < c.equal;
+}
+
+// Host: the kept flags from the cut in s and each response's kept count, one pass over the
+// tokens (plus, where the tie budget drops tokens on the cut, a walk of the responses holding
+// the first of them).
+template <class Backend, class T>
+void mark_kept_counted(const Backend& be, const T* values, const std::uint8_t* mask, const token_layout& layout,
+                       objective_scalars* s, std::uint8_t* kept, index_t* count) {
+  const index_t R = layout.responses;
+  const bool drops = cut_drops_ties(be, values, mask, layout.tokens, s);
+  std::vector<index_t> on_cut(drops ? static_cast<std::size_t>(R) : 0);
+  be.for_each(R, kept_response_fn<T>{layout, values, mask, s->cut.value, kept, count, drops ? on_cut.data() : nullptr});
+  if (drops) keep_first_ties_by_response(layout, values, mask, s->cut.value, s->cut.ties, on_cut.data(), kept, count);
+}
+
 // Kept flags for every token from the cut in s (tie_rank: n index_t of scratch). values, mask and
 // n must be those compute_cut saw: its counts on the cut (s->cut_counted) are reused.
 template <class Backend, class T>
 void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, index_t n,
                objective_scalars* s, index_t* tie_rank, std::uint8_t* kept) {
   bool need_ranks = true;
-  if constexpr (Backend::host_accessible) {
-    // The tie budget only matters when some tokens on the cut must be dropped.
-    if (s->cut.ties < 0) {
-      need_ranks = false;
-    } else {
-      // compute_cut counted the tokens on this cut already (top_k rule); a given cut has no counts.
-      cut_partial c = s->cut_counts;
-      if (s->cut_counted == 0) be.reduce(n, cut_count_fn<T>{values, mask, s}, merge_fn<cut_partial>{}, &c);
-      need_ranks = static_cast<double>(s->cut.ties) < c.equal;
-    }
-  }
+  // The tie budget only matters when some tokens on the cut must be dropped.
+  if constexpr (Backend::host_accessible) need_ranks = cut_drops_ties(be, values, mask, n, s);
   if constexpr (Backend::host_accessible) {
     // The tokens above the cut, then the first of those on it: no rank per token.
     if (need_ranks) {

@@ -25,6 +25,7 @@
 
 #include "reco/backend/cpu/float_order_statistics.hpp"
 #include "reco/backend/cpu/packed_covariance.hpp"
+#include "reco/backend/cpu/packed_kept.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
 #include "reco/backend/cpu/packed_scan.hpp"
 #include "reco/backend/cpu/packed_tokens.hpp"

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "reco/backend/cpu/simd.hpp"
@@ -113,6 +114,185 @@ void radix_histogram(const float* values, const std::uint8_t* mask, index_t n, i
     for (std::size_t k = 0; k < slots; ++k) out[k] += counts[static_cast<std::size_t>(p) * slots + k];
 }
 
+// A block of the sampled path's pass: in_band[t] = 1 for a valid value in [lo, hi]; below and
+// above count the valid values under lo and over hi (a block holds at most radix_block values).
+struct band_flags {
+  template <int W>
+  static void run(const float* const& values, const std::uint8_t* const& mask, const index_t& n, const float& lo,
+                  const float& hi, std::uint8_t* const& in_band, index_t& below, index_t& above) {
+    // Locals: byte stores through a reference's pointer may alias the references, which the loop
+    // would then reload per value instead of vectorising.
+    const float* const v = values;
+    const std::uint8_t* const valid = mask;
+    std::uint8_t* const out = in_band;
+    const index_t len = n;
+    const float l = lo, h = hi;
+    std::int32_t b = 0, a = 0;
+    if (valid == nullptr) {
+      for (index_t t = 0; t < len; ++t) {
+        b += v[t] < l;
+        a += v[t] > h;
+        out[t] = (v[t] >= l) & (v[t] <= h);
+      }
+    } else {
+      for (index_t t = 0; t < len; ++t) {
+        const bool on = valid[t] != 0;
+        b += on & (v[t] < l);
+        a += on & (v[t] > h);
+        out[t] = on & (v[t] >= l) & (v[t] <= h);
+      }
+    }
+    below += b;
+    above += a;
+  }
+};
+
+// Below this many values the radix selection runs straight away: a sample would not narrow much.
+inline constexpr index_t sampled_selection_from = index_t(1) << 20;
+inline constexpr index_t selection_samples = index_t(1) << 16;
+
+// The sampled path of masked_float_order_statistics: the wanted ranks' values estimated from the
+// valid values at evenly spaced positions, a band [lo, hi] around them wide enough (5 binomial
+// standard deviations of the sample's ranks, plus those of its valid share) that it holds the
+// ranks all but rarely, then one pass that counts the valid values below and above the band and
+// gathers those in it, and a selection among the gathered values. The pass proves the band: every
+// wanted valid rank r lies in it when below <= r < below + band size. Returns false (nothing
+// written) where it does not, or where the band would hold more than an eighth of the values
+// (many ties, or a sample that misses the data's pattern); the radix selection then runs.
+template <class ForEach>
+bool sampled_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks,
+                                    int m, double* out, double* counts, int parts, ForEach& for_each) {
+  const index_t S = std::min(n, selection_samples);
+  std::vector<float> sample;
+  sample.reserve(static_cast<std::size_t>(S));
+  for (index_t j = 0; j < S; ++j) {
+    const index_t t = static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(n) / (2.0 * S));
+    if (mask == nullptr || mask[t] != 0) sample.push_back(values[t]);
+  }
+  const auto s = static_cast<index_t>(sample.size());
+  if (s < S / 8) return false;  // mostly masked: a small sample of the valid values
+  const double f = static_cast<double>(s) / static_cast<double>(S);  // the valid share
+  const double valid_estimate = f * static_cast<double>(n);
+  double first = HUGE_VAL, last = -HUGE_VAL;
+  for (int j = 0; j < m; ++j) {
+    if (ranks[j] < 0 || ranks[j] >= n) continue;
+    const double q = std::min(1.0, (static_cast<double>(ranks[j]) + 0.5) / valid_estimate);
+    const double sd = std::sqrt(static_cast<double>(s) * q * (1.0 - q)) + q * std::sqrt(static_cast<double>(s) * (1.0 - f));
+    first = std::min(first, q * static_cast<double>(s) - 5.0 * sd - 16.0);
+    last = std::max(last, q * static_cast<double>(s) + 5.0 * sd + 16.0);
+  }
+  if (first > last) return false;  // no rank inside [0, n): the radix path writes the zeros
+  float lo = -HUGE_VALF, hi = HUGE_VALF;
+  if (first >= 0) {
+    const auto i = static_cast<std::ptrdiff_t>(first);
+    std::nth_element(sample.begin(), sample.begin() + i, sample.end());
+    lo = sample[static_cast<std::size_t>(i)];
+  }
+  if (last < static_cast<double>(s - 1)) {
+    const auto i = static_cast<std::ptrdiff_t>(last) + 1;
+    std::nth_element(sample.begin(), sample.begin() + i, sample.end());
+    hi = sample[static_cast<std::size_t>(i)];
+  }
+
+  // The pass: each part counts and gathers its values into a buffer of its own (at most `cap`).
+  const index_t cap = n / 8;
+  std::vector<std::unique_ptr<float[]>> band(static_cast<std::size_t>(parts));  // not zeroed: pages never touched stay free
+  std::vector<index_t> part_below(static_cast<std::size_t>(parts), 0), part_above(static_cast<std::size_t>(parts), 0);
+  std::vector<index_t> part_band(static_cast<std::size_t>(parts), 0);
+  const index_t blocks = (n + radix_block - 1) / radix_block;
+  const index_t per_part = (blocks + parts - 1) / parts;
+  for_each(static_cast<index_t>(parts), [&, lo, hi](index_t p) {
+    std::unique_ptr<float[]>& mine = band[static_cast<std::size_t>(p)];
+    mine.reset(new float[static_cast<std::size_t>(std::min(cap, per_part * radix_block) + radix_block)]);
+    float* const gathered = mine.get();
+    index_t below = 0, above = 0, k = 0;
+    alignas(64) std::uint8_t in_band[radix_block];
+    const index_t end = std::min(n, (p + 1) * per_part * radix_block);
+    for (index_t t0 = p * per_part * radix_block; t0 < end && k <= cap; t0 += radix_block) {
+      const index_t len = std::min(radix_block, end - t0);
+      const float* v = values + t0;
+      const std::uint8_t* mk = mask ? mask + t0 : nullptr;
+      std::uint8_t* fl = in_band;
+      simd::run_widest_loops<band_flags>(v, mk, len, lo, hi, fl, below, above);
+      // Most values lie outside the band: test 8 flags at a time.
+      index_t t = 0;
+      for (; t + 8 <= len; t += 8) {
+        std::uint64_t w;
+        std::memcpy(&w, in_band + t, 8);
+        while (w != 0) {
+          const int j = __builtin_ctzll(w) >> 3;
+          gathered[k++] = v[t + j];
+          w &= w - 1;
+        }
+      }
+      for (; t < len; ++t) {
+        gathered[k] = v[t];
+        k += in_band[t];
+      }
+    }
+    part_below[static_cast<std::size_t>(p)] = below;
+    part_above[static_cast<std::size_t>(p)] = above;
+    part_band[static_cast<std::size_t>(p)] = k;
+  });
+  index_t below = 0, above = 0, size = 0;
+  for (int p = 0; p < parts; ++p) {
+    below += part_below[static_cast<std::size_t>(p)];
+    above += part_above[static_cast<std::size_t>(p)];
+    size += part_band[static_cast<std::size_t>(p)];
+  }
+  if (size > cap) return false;
+  const index_t valid = below + size + above;
+  for (int j = 0; j < m; ++j) {
+    const index_t r = ranks[j];
+    if (r >= 0 && r < valid && (r < below || r >= below + size)) return false;  // the sample missed
+  }
+  std::vector<float> all;
+  all.reserve(static_cast<std::size_t>(size));
+  for (int p = 0; p < parts; ++p) {
+    const float* b = band[static_cast<std::size_t>(p)].get();
+    all.insert(all.end(), b, b + part_band[static_cast<std::size_t>(p)]);
+  }
+  // Each rank's value: a selection among the gathered values (std::nth_element leaves those
+  // before the rank's place no greater and those after no smaller, so a second rank selects in
+  // the side it lies on).
+  index_t placed = -1;
+  for (int j = 0; j < m; ++j) {
+    const index_t r = ranks[j];
+    if (r < 0 || r >= n) {
+      out[j] = 0;
+      continue;
+    }
+    if (r >= valid) {
+      out[j] = HUGE_VAL;
+      continue;
+    }
+    const index_t i = r - below;
+    if (placed < 0) {
+      std::nth_element(all.begin(), all.begin() + i, all.end());
+    } else if (i > placed) {
+      std::nth_element(all.begin() + placed + 1, all.begin() + i, all.end());
+    } else if (i < placed) {
+      std::nth_element(all.begin(), all.begin() + i, all.begin() + placed);
+    }
+    if (placed < 0) placed = i;
+    out[j] = static_cast<double>(all[static_cast<std::size_t>(i)]);
+  }
+  if (counts) {
+    counts[0] = counts[1] = 0;
+    if (m > 0 && ranks[0] >= 0 && ranks[0] < valid) {
+      const float x = static_cast<float>(out[0]);
+      index_t greater = 0, equal = 0;
+      for (const float v : all) {
+        greater += v > x;
+        equal += v == x;
+      }
+      counts[0] = static_cast<double>(above + greater);
+      counts[1] = static_cast<double>(equal);
+    }
+  }
+  return true;
+}
+
 // A sequential for_each.
 struct serial_for_each {
   template <class F>
@@ -131,7 +311,9 @@ struct serial_for_each {
 template <class ForEach = serial_for_each>
 void masked_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks,
                                    int m, double* out, double* counts = nullptr, int parts = 1,
-                                   ForEach&& for_each = {}) {
+                                   ForEach&& for_each = {}, index_t sample_from = sampled_selection_from) {
+  if (n >= sample_from && sampled_float_order_statistics(values, mask, n, ranks, m, out, counts, parts, for_each))
+    return;
   if (counts) counts[0] = counts[1] = 0;
   constexpr int buckets = 1 << 16;
   std::vector<std::uint32_t> part_counts;
