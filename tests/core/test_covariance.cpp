@@ -3,6 +3,7 @@
 // selection frozen), the selection's own rules, bad parameters, and the rejected split step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -173,6 +174,38 @@ TEST(Covariance, LargeBatchesWithTiesMatchTheReference) {
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
+}
+
+// KL-Cov on a batch whose largest covariances sit exactly at the positions the library samples
+// for its streams' least value (covariance_least: S = 2^16 evenly spaced tokens, t_j =
+// floor((2j + 1) N / 2S)), each a distinct value: the sampled bound then admits fewer than k
+// tokens, the streams run again without it, and the selection still matches the reference.
+TEST(Covariance, ABoundTheSampleSetsTooHighIsDropped) {
+  batch_spec spec;
+  spec.groups = 110;
+  spec.max_group = 8;
+  spec.max_length = 2400;
+  spec.token_advantages = true;
+  master_batch m = make_batch(4990, spec);
+  const auto N = static_cast<index_t>(m.logp.size());
+  ASSERT_GT(N, index_t(1) << 18) << "the streams start from a sampled bound";
+  const index_t S = index_t(1) << 16;
+  std::fill(m.logp.begin(), m.logp.end(), -1.0);
+  std::fill(m.token_advantages.begin(), m.token_advantages.end(), 0.0);
+  for (index_t j = 0; j < S; ++j) {
+    const auto t = static_cast<std::size_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+    m.logp[t] = -0.5 * static_cast<double>(j) / static_cast<double>(S);
+    m.token_advantages[t] = 1.0;
+  }
+  for (std::size_t t = 0; t < m.logp.size(); ++t) m.old_logp[t] = m.logp[t] - 0.01;
+  round_to<float>(m);
+  reco::presets::kl_cov kc;
+  reco_ref::config kcfg = reco_ref::preset("kl_cov");
+  biting(kc, kcfg, 2e-4, 7.0);
+  kcfg.adv = reco_ref::advantage::given;
+  const reco_ref::output kref = reco_ref::evaluate(to_reference(m), kcfg);
+  expect_matches(run_library<double>(reco::with_given_advantages(kc), m), kref, tolerances_for<double>(), "kl_cov");
+  expect_matches(run_library<float>(reco::with_given_advantages(kc), m), kref, tolerances_for<float>(), "kl_cov float");
 }
 
 // Masked tokens get exactly 0 gradient, selected or not.

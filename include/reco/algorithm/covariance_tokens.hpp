@@ -294,14 +294,16 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
   for (index_t i = r0; i < r1; ++i) {
     const index_t t0 = L.begin(i), e = L.end(i);
     if (e <= t0) continue;
-    if (kl && !s.full()) {
+    if (kl && !s.full() && s.least() == -HUGE_VAL) {
       exact(i, t0, t0, e);
       continue;
     }
+    // KL-Cov's blocks: above the k-th best once the stream holds k, else at least `least` (the
+    // test is cov > lo, and the double below least makes it cov >= least).
+    const double lo = !kl ? p.lb : (s.full() ? s.floor() : std::nextafter(s.least(), -HUGE_VAL));
     const index_t blocks = (e - t0 + covariance_block - 1) / covariance_block;
     hits.resize(static_cast<std::size_t>((blocks + 63) / 64));
-    be.for_each(1, covariance_block_hits_fn<T>{b, adv[i], kl ? s.floor() : p.lb, kl ? HUGE_VAL : p.ub, m, t0, e,
-                                               hits.data()});
+    be.for_each(1, covariance_block_hits_fn<T>{b, adv[i], lo, kl ? HUGE_VAL : p.ub, m, t0, e, hits.data()});
     for (index_t w = 0; w * 64 < blocks; ++w)
       for (std::uint64_t bits = hits[static_cast<std::size_t>(w)]; bits != 0; bits &= bits - 1) {
         const index_t t = t0 + (w * 64 + __builtin_ctzll(bits)) * covariance_block;
@@ -310,15 +312,56 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
   }
 }
 
+// From this many tokens a call's streams start from a least value estimated on a sample.
+inline constexpr index_t sampled_covariance_from = index_t(1) << 18;
+inline constexpr index_t covariance_samples = index_t(1) << 16;
+
+// A value at most the k-th best selection value of the batch, all but rarely: the selection
+// values of the selectable tokens at evenly spaced positions, and among them the j-th largest,
+// j = e + 5 sqrt(e) + 16 where e = k S / N is the sample's expected share of the k best. -inf where
+// the sample holds fewer than j selectable tokens. The streams admit nothing below it until
+// they hold k items; a pass that admits fewer than k in all proves it too high, and runs again
+// without it (covariance_select).
+template <class Obj, class T>
+double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
+                        index_t k) {
+  const auto& p = obj.select.params;
+  const token_layout& L = b.layout;
+  const index_t N = L.tokens, S = std::min(N, covariance_samples);
+  std::vector<double> values;
+  values.reserve(static_cast<std::size_t>(S));
+  index_t i = 0;
+  for (index_t j = 0; j < S; ++j) {
+    const index_t t = static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+    while (i < L.responses && L.end(i) <= t) ++i;
+    if (i == L.responses) break;
+    const index_t t0 = L.begin(i);
+    if (t < t0 || !b.valid(t)) continue;
+    const double a = b.advantage_at(t, adv[i]);
+    const double logp = static_cast<double>(b.logp[t]);
+    const double cov = token_covariance(a, logp, m);
+    if (p.mode == covariance_mode::kl) values.push_back(cov);
+    else if (clip_candidate(obj, b, t, a, logp, cov)) values.push_back(clip_value(p.seed, i, t - t0));
+  }
+  const double e = static_cast<double>(k) * static_cast<double>(S) / static_cast<double>(N);
+  const auto j = static_cast<std::size_t>(std::ceil(e + 5.0 * std::sqrt(e) + 16.0));
+  if (j > values.size()) return -HUGE_VAL;
+  const auto jth = values.begin() + static_cast<std::ptrdiff_t>(j - 1);
+  std::nth_element(values.begin(), jth, values.end(), [](double x, double y) { return x > y; });
+  return *jth;
+}
+
 // One call's selection (no plan): the tokens one call on the whole batch selects, in increasing
 // order, into `selected`; flags are not written. The responses run in chunks, each a stream of
 // its own (in parallel on a parallel backend), and the streams merge into the k best of all: the
 // same tokens whatever the chunks. A stream of C tokens admits about k (1 + ln(C / k)) of them,
 // so the chunks are few (at most 16, of at least 2^16 tokens): with k a fixed share of N the
-// share of tokens admitted then does not grow with N.
+// share of tokens admitted then does not grow with N. From sampled_covariance_from tokens the
+// streams start from covariance_least (`least`, where given: a test's bound), so that each admits
+// about its share of the k best instead.
 template <class Backend, class Obj, class T>
 void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
-                       std::vector<index_t>& selected) {
+                       std::vector<index_t>& selected, double least = std::numeric_limits<double>::quiet_NaN()) {
   const token_layout& L = b.layout;
   selected.clear();
   covariance_buffers& buf = thread_covariance_buffers();
@@ -344,11 +387,22 @@ void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T
   std::vector<std::uint64_t>* hits = buf.hits.data();
   const index_t* first = buf.chunk_first.data();
   const double* adv = r.adv;
-  for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k);
-  // (A chunk's block tests are passes of one call: they run on the chunk's thread.)
-  be.for_each(static_cast<index_t>(chunks), [=, &be, &obj](index_t c) {
-    covariance_stream(be, obj, b, adv, m, first[c], first[c + 1], streams[c], hits[c]);
-  });
+  if (least != least) least = L.tokens >= sampled_covariance_from ? covariance_least(obj, b, adv, m, k) : -HUGE_VAL;
+  auto run = [&](double from) {
+    for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k, from);
+    // (A chunk's block tests are passes of one call: they run on the chunk's thread.)
+    be.for_each(static_cast<index_t>(chunks), [=, &be, &obj](index_t c) {
+      covariance_stream(be, obj, b, adv, m, first[c], first[c + 1], streams[c], hits[c]);
+    });
+  };
+  run(least);
+  if (least > -HUGE_VAL) {
+    // With k values at least `least` in all, the k best are among them (and each stream kept its
+    // best k of them); with fewer, the bound was too high.
+    index_t pushed = 0;
+    for (std::size_t c = 0; c < chunks; ++c) pushed += streams[c].pushed();
+    if (pushed < k) run(-HUGE_VAL);
+  }
   top_k_merge(buf.streams, chunks, k, buf.merged, selected);
 }
 

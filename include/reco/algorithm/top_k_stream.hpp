@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -27,20 +28,28 @@ inline bool ranks_before(const ranked_item& a, const ranked_item& b) {
 
 class top_k_stream {
  public:
-  void reset(index_t k) {
+  // least: the smallest value the stream admits until it holds k items (a bound estimated to lie
+  // below the k-th best of all streams; -inf: every value).
+  void reset(index_t k, double least = -HUGE_VAL) {
     k_ = k;
     items_.clear();
     full_ = false;
     floor_ = 0;
+    least_ = least;
+    pushed_ = 0;
     capacity_ = 2 * static_cast<std::size_t>(k) + 64;
   }
   // Whether an item of value v pushed now can be among the k best: once k items are held, only
   // a larger value than the k-th best (an equal value has a later index, so it ranks after).
-  bool admits(double v) const { return !full_ || v > floor_; }
+  bool admits(double v) const { return full_ ? v > floor_ : v >= least_; }
   bool full() const { return full_; }
   double floor() const { return floor_; }
+  double least() const { return least_; }
+  // The items pushed since reset (every one admitted, so at least `least`).
+  index_t pushed() const { return pushed_; }
   void push(double v, index_t index) {
     items_.push_back({v, index});
+    ++pushed_;
     if (items_.size() >= capacity_) cut();
   }
   // The best min(k, pushed) items, in no order.
@@ -62,6 +71,8 @@ class top_k_stream {
   std::size_t capacity_ = 64;
   bool full_ = false;
   double floor_ = 0;
+  double least_ = -HUGE_VAL;
+  index_t pushed_ = 0;
 };
 
 // The k best of the items of several streams (k > 0), their indices in increasing order into
