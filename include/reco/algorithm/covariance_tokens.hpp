@@ -234,9 +234,10 @@ inline covariance_buffers& thread_covariance_buffers() {
 }
 
 // The blocks of `covariance_block` tokens of response range [t0, e) that hold a token (valid or
-// not: a masked token's false hit only costs the exact test) with lo < cov <= hi: bit j of
-// hits[j / 64] for the block from t0 + j * covariance_block. A pass of one call (for_each(1, ..)),
-// which the CPU backend runs on packs (reco/backend/cpu/packed_covariance.hpp).
+// not: a masked token's false hit only costs the exact test) with lo < cov <= hi and, where
+// `keyed` (Clip-Cov), a subset key below key_below: bit j of hits[j / 64] for the block from
+// t0 + j * covariance_block. A pass of one call (for_each(1, ..)), which the CPU backend runs on
+// packs (reco/backend/cpu/packed_covariance.hpp).
 inline constexpr index_t covariance_block = 16;
 template <class T>
 struct covariance_block_hits_fn {
@@ -245,6 +246,9 @@ struct covariance_block_hits_fn {
   covariance_means m;
   index_t t0, e;
   std::uint64_t* hits;
+  bool keyed = false;
+  std::uint64_t seed_bits = 0, key_below = 0;  // subset_seed(seed); the keys let through are < key_below
+  index_t response = 0;
   // The blocks of [t, e), the first of them block j.
   void blocks_from(index_t t, index_t j) const {
     for (; t < e; t += covariance_block, ++j) {
@@ -252,7 +256,9 @@ struct covariance_block_hits_fn {
       bool hit = false;
       for (index_t u = t; u < stop; ++u) {
         const double cov = token_covariance(b.advantage_at(u, response_adv), static_cast<double>(b.logp[u]), m);
-        hit |= cov > lo && cov <= hi;
+        bool in = cov > lo && cov <= hi;
+        if (keyed) in = in && (splitmix64(seed_bits ^ subset_place(response, u - t0)) >> 11) < key_below;
+        hit |= in;
       }
       if (j % 64 == 0) hits[j / 64] = 0;
       hits[j / 64] |= static_cast<std::uint64_t>(hit) << (j % 64);
@@ -303,7 +309,16 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
     const double lo = !kl ? p.lb : (s.full() ? s.floor() : std::nextafter(s.least(), -HUGE_VAL));
     const index_t blocks = (e - t0 + covariance_block - 1) / covariance_block;
     hits.resize(static_cast<std::size_t>((blocks + 63) / 64));
-    be.for_each(1, covariance_block_hits_fn<T>{b, adv[i], lo, kl ? HUGE_VAL : p.ub, m, t0, e, hits.data()});
+    covariance_block_hits_fn<T> test{b, adv[i], lo, kl ? HUGE_VAL : p.ub, m, t0, e, hits.data()};
+    if (!kl && (s.full() || s.least() > -HUGE_VAL)) {
+      // Clip-Cov's blocks, once the stream turns keys away: the value -key is admitted above the
+      // floor (key < -floor) or, before, from `least` on (key <= -least); both are integers.
+      test.keyed = true;
+      test.seed_bits = subset_seed(p.seed);
+      test.key_below = s.full() ? static_cast<std::uint64_t>(-s.floor()) : static_cast<std::uint64_t>(-s.least()) + 1;
+      test.response = i;
+    }
+    be.for_each(1, test);
     for (index_t w = 0; w * 64 < blocks; ++w)
       for (std::uint64_t bits = hits[static_cast<std::size_t>(w)]; bits != 0; bits &= bits - 1) {
         const index_t t = t0 + (w * 64 + __builtin_ctzll(bits)) * covariance_block;
@@ -340,8 +355,13 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
     const double a = b.advantage_at(t, adv[i]);
     const double logp = static_cast<double>(b.logp[t]);
     const double cov = token_covariance(a, logp, m);
-    if (p.mode == covariance_mode::kl) values.push_back(cov);
-    else if (clip_candidate(obj, b, t, a, logp, cov)) values.push_back(clip_value(p.seed, i, t - t0));
+    // (A NaN covariance, from a log-probability the token pass then reports, is left out:
+    // nth_element needs an order; the streams turn NaN away too.)
+    if (p.mode == covariance_mode::kl) {
+      if (cov == cov) values.push_back(cov);
+    } else if (clip_candidate(obj, b, t, a, logp, cov)) {
+      values.push_back(clip_value(p.seed, i, t - t0));
+    }
   }
   const double e = static_cast<double>(k) * static_cast<double>(S) / static_cast<double>(N);
   const auto j = static_cast<std::size_t>(std::ceil(e + 5.0 * std::sqrt(e) + 16.0));

@@ -73,16 +73,26 @@ struct packed_pass<covariance_sums_fn<T>> {
 };
 
 // covariance_block_hits_fn on packs: a block's covariances in double, W at a time (the same
-// operations as the generic test), its hit one test of the packs' ored masks.
+// operations as the generic test), and where keyed the subset keys in 64-bit integer lanes (the
+// same hash), its hit one test of the packs' ored masks.
 template <class T>
 struct block_hits_pass {
   template <int W>
   static RECO_SIMD_INLINE void run(const covariance_block_hits_fn<T>& f) {
+    if (f.keyed) blocks<W, true>(f);
+    else blocks<W, false>(f);
+  }
+  template <int W, bool Keyed>
+  static RECO_SIMD_INLINE void blocks(const covariance_block_hits_fn<T>& f) {
     static_assert(covariance_block % W == 0, "whole packs in a block");
     using P = simd::pack<W>;
+    typedef typename simd::vectors<W>::u64 U;
     const batch_pointers<T>& b = f.b;
     const P mean_adv(f.m.adv), mean_logp(f.m.logp), lo(f.lo), hi(f.hi);
     const P c = P(f.response_adv) - mean_adv;
+    U lane{};
+    for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
+    const U base = U{} + ((f.seed_bits ^ (static_cast<std::uint64_t>(f.response) << 32))), below = U{} + f.key_below;
     index_t t = f.t0, j = 0;
     for (; t + covariance_block <= f.e; t += covariance_block, ++j) {
       // A response at a time is too short a stream for the hardware prefetcher to run ahead.
@@ -92,7 +102,17 @@ struct block_hits_pass {
       for (index_t u = t; u < t + covariance_block; u += W) {
         const P x = simd::load<W>(b.logp + u) - mean_logp;
         const P cov = b.token_advantages ? (simd::load<W>(b.token_advantages + u) - mean_adv) * x : c * x;
-        hit = hit || (cov > lo && cov <= hi);
+        auto in = cov > lo && cov <= hi;
+        if constexpr (Keyed) {
+          // covariance_subset_key: splitmix64(seed ^ (response << 32 ^ position)) >> 11.
+          U h = base ^ (lane + static_cast<std::uint64_t>(u - f.t0));
+          h += 0x9E3779B97F4A7C15ull;
+          h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+          h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+          h = (h ^ (h >> 31)) >> 11;
+          in = in && simd::mask<W>((typename simd::mask<W>::raw)(h < below));
+        }
+        hit = hit || in;
       }
       if (j % 64 == 0) f.hits[j / 64] = 0;
       f.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
