@@ -455,6 +455,10 @@ TEST(TokenChecks, LogProbabilitiesAreCheckedForEveryPreset) {
     expect_named(ps::dapo{}, "dapo", log_probability_cases(field, arg));
     expect_named(ps::gspo{}, "gspo", log_probability_cases(field, arg));
     expect_named(ps::reco{}, "reco", log_probability_cases(field, arg));
+    // The covariance selections read logp (Clip-Cov also old_logp) before the token pass, which
+    // checks them.
+    expect_named(ps::kl_cov{}, "kl_cov", log_probability_cases(field, arg));
+    expect_named(ps::clip_cov{}, "clip_cov", log_probability_cases(field, arg));
   }
   // ref_logp is read (and checked) when a KL term is on.
   expect_named(ps::grpo{}, "grpo", log_probability_cases(&mb::ref_logp, "batch.ref_logp"));
@@ -470,6 +474,43 @@ TEST(TokenChecks, EntropyAndTokenWeights) {
   expect_named(ps::rule_80_20_reco{}, "rule_80_20_reco", entropy);
   expect_named(ps::grpo{}, "grpo", weight_cases());
   expect_named(ps::dapo_reco{}, "dapo_reco", weight_cases());
+}
+
+// Batches large enough for the selections' sampled paths (the 80/20 cut's band from 2^20
+// entropies, the covariance streams' bound from 2^18 tokens), float inputs: NaN values among the
+// inputs a selection ranks, a few or all of them, are still named by the token pass's check.
+TEST(TokenChecks, LargeSelectionsNameWhatTheyRank) {
+  namespace ps = reco::presets;
+  batch_spec spec;
+  spec.groups = 330;
+  spec.max_group = 8;
+  spec.max_length = 2400;
+  const reco_test::master_batch base = make_batch(77, spec);
+  ASSERT_GT(base.logp.size(), std::size_t(1) << 20);
+  auto run = [](const auto& obj, const reco_test::master_batch& m) {
+    typed_batch<float> tb(m);
+    std::vector<float> g(tb.logp.size());
+    try {
+      obj(reco::cpu{}, tb.view(), reco::gradients<float>{g, {}});
+    } catch (const reco::error& e) {
+      return e.argument();
+    }
+    return std::string();
+  };
+  for (const std::size_t every : {std::size_t(997), std::size_t(1)}) {
+    reco_test::master_batch m = base;
+    for (std::size_t t = 0; t < m.entropy.size(); t += every) m.entropy[t] = nan_v;
+    EXPECT_EQ(run(ps::rule_80_20{}, m), "batch.entropy") << "every " << every;
+    m = base;
+    for (std::size_t t = 0; t < m.logp.size(); t += every) m.logp[t] = nan_v;
+    EXPECT_EQ(run(ps::kl_cov{}, m), "batch.logp") << "every " << every;
+    EXPECT_EQ(run(ps::clip_cov{}, m), "batch.logp") << "every " << every;
+    m = base;
+    for (std::size_t t = 0; t < m.old_logp.size(); t += every) m.old_logp[t] = nan_v;
+    EXPECT_EQ(run(ps::clip_cov{}, m), "batch.old_logp") << "every " << every;
+  }
+  EXPECT_EQ(run(ps::rule_80_20{}, base), "");
+  EXPECT_EQ(run(ps::kl_cov{}, base), "");
 }
 
 TEST(TokenChecks, LimitsAreAccepted) {

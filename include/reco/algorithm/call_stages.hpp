@@ -54,17 +54,20 @@ objective_stages stages_of(const Obj& obj) {
 
 namespace detail {
 
-// The per-token inputs whose values no stage before the token pass reads, so that the token
-// pass can check them (reco/algorithm/response_passes.hpp, scan_response_fn::deferred): logp and
-// old_logp unless a sequence ratio or a covariance selection reads them first (old_logp also
-// not where a response weight averages it: the scan reads it anyway), the entropies unless a
-// selection or an entropy-split clip ranks them, ref_logp and the token weights always.
-inline token_checks token_pass_checks(const objective_stages& st) {
-  const bool early_logp = st.sequence || st.covariance;
+// The per-token inputs whose values the token pass checks (reco/algorithm/response_passes.hpp,
+// scan_response_fn::deferred), so that they are read once: logp unless a sequence ratio reads it
+// first, old_logp unless a sequence ratio reads it or a response weight averages it (the scan
+// reads it then anyway), the entropies unless an entropy-split clip ranks them, ref_logp and the
+// token weights always. A selection (the 80/20 cut, Clip-Cov / KL-Cov) reads its inputs before
+// the token pass and is made safe for values that fail the checks: it then selects something,
+// the token pass raises the error, and the call returns nothing. A planned call checks a
+// selection's inputs first: the plan's kept counts would otherwise fail first, naming the plan.
+inline token_checks token_pass_checks(const objective_stages& st, bool planned) {
+  const bool early_logp = st.sequence || (st.covariance && planned);
   token_checks c;
   c.logp = !early_logp;
   c.old_logp = !early_logp && !st.old_mean;
-  c.entropy = !st.selection && !st.entropy_quantile && !st.covariance;
+  c.entropy = !st.entropy_quantile && !(st.selection && planned);
   c.ref_logp = true;
   c.token_weights = true;
   return c;

@@ -164,7 +164,8 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   be.for_each(1, init_scalars_fn{s});
   // A host backend checks the values of the inputs no stage reads before the token pass in that
   // pass, so that they are read once (their error is then raised after it, from its status).
-  const token_checks deferred = Backend::host_accessible ? token_pass_checks(st) : token_checks{false, false, false, false, false};
+  const token_checks deferred =
+      Backend::host_accessible ? token_pass_checks(st, plan != nullptr) : token_checks{false, false, false, false, false};
   be.for_each(R, scan_response_fn<T>{b, pl.checks, r, deferred, st.old_mean});
   // Advantages given per token, or not given because the batch has no token.
   if (!reads_rewards && !b.advantages) be.for_each(R, token_advantage_moments_fn<T>{b, r});

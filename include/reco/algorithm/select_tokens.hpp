@@ -15,21 +15,27 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-// keys[t] = H_t for valid tokens, +inf otherwise (so that valid tokens sort first).
+// keys[t] = H_t for valid tokens, +inf otherwise (so that valid tokens sort first). A NaN entropy
+// (a call whose token pass then raises the error) also keys +inf: the selections order keys with
+// <, which a NaN would leave without an order.
 template <class T>
 struct fill_keys_fn {
   const T* values;
   const std::uint8_t* mask;
   double* keys;
   RECO_HOST_DEVICE void operator()(index_t t) const {
-    keys[t] = (mask == nullptr || mask[t] != 0) ? static_cast<double>(values[t]) : HUGE_VAL;
+    const double h = static_cast<double>(values[t]);
+    keys[t] = (mask == nullptr || mask[t] != 0) && h == h ? h : HUGE_VAL;
   }
   // Host form for reco::cpu: the same keys over [b, e), a loop without branches.
   void run_range(index_t b, index_t e) const {
-    if (mask == nullptr) {
-      for (index_t t = b; t < e; ++t) keys[t] = static_cast<double>(values[t]);
+    const T* const v = values;
+    const std::uint8_t* const m = mask;
+    double* const out = keys;
+    if (m == nullptr) {
+      for (index_t t = b; t < e; ++t) out[t] = v[t] == v[t] ? static_cast<double>(v[t]) : HUGE_VAL;
     } else {
-      for (index_t t = b; t < e; ++t) keys[t] = mask[t] != 0 ? static_cast<double>(values[t]) : HUGE_VAL;
+      for (index_t t = b; t < e; ++t) out[t] = m[t] != 0 && v[t] == v[t] ? static_cast<double>(v[t]) : HUGE_VAL;
     }
   }
 };

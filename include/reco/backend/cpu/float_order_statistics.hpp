@@ -167,7 +167,8 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   sample.reserve(static_cast<std::size_t>(S));
   for (index_t j = 0; j < S; ++j) {
     const index_t t = static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(n) / (2.0 * S));
-    if (mask == nullptr || mask[t] != 0) sample.push_back(values[t]);
+    // (A NaN, which a call's token pass then reports, is left out: nth_element needs an order.)
+    if ((mask == nullptr || mask[t] != 0) && values[t] == values[t]) sample.push_back(values[t]);
   }
   const auto s = static_cast<index_t>(sample.size());
   if (s < S / 8) return false;  // mostly masked: a small sample of the valid values
