@@ -147,6 +147,46 @@ struct band_flags {
   }
 };
 
+// The band pass's block in AVX-512 (16 floats at a time, masks in mask registers): the counts,
+// and the values inside the band compressed into `out` (a whole register is stored at out + k, so
+// out holds 16 floats of slack past what is gathered). The same counts and values, in the same
+// order, as band_flags and the gather of the generic loop.
+#if RECO_SIMD && defined(__x86_64__) && (RECO_SIMD_DISPATCH_AVX512 || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)))
+#define RECO_BAND_PASS_AVX512 1
+RECO_SIMD_TARGET_AVX512 inline void band_block_avx512(const float* v, const std::uint8_t* mask, index_t n, float lo,
+                                                     float hi, float* out, index_t& k, index_t& below,
+                                                     index_t& above) {
+  const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+  index_t b = 0, a = 0, g = k;
+  for (index_t t = 0; t < n; t += 16) {
+    const __mmask16 lanes = n - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - t)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(lanes, v + t);
+    const __mmask16 valid = mask ? _mm_mask_test_epi8_mask(lanes, _mm_maskz_loadu_epi8(lanes, mask + t),
+                                                           _mm_set1_epi8(-1))
+                                 : lanes;
+    const __mmask16 under = _mm512_mask_cmp_ps_mask(valid, x, l, _CMP_LT_OQ);
+    const __mmask16 over = _mm512_mask_cmp_ps_mask(valid, x, h, _CMP_GT_OQ);
+    const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_mask_cmp_ps_mask(valid, x, l, _CMP_GE_OQ), x, h, _CMP_LE_OQ);
+    b += __builtin_popcount(under);
+    a += __builtin_popcount(over);
+    _mm512_storeu_ps(out + g, _mm512_maskz_compress_ps(in, x));
+    g += __builtin_popcount(in);
+  }
+  below += b;
+  above += a;
+  k = g;
+}
+#else
+#define RECO_BAND_PASS_AVX512 0
+#endif
+inline bool band_pass_avx512() {
+#if RECO_BAND_PASS_AVX512 && RECO_SIMD_DISPATCH_AVX512
+  return simd::dispatch() == simd::level::avx512;
+#else
+  return RECO_BAND_PASS_AVX512 != 0;
+#endif
+}
+
 // Below this many values the radix selection runs straight away: a sample would not narrow much.
 inline constexpr index_t sampled_selection_from = index_t(1) << 20;
 inline constexpr index_t selection_samples = index_t(1) << 16;
@@ -204,15 +244,23 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   const index_t per_part = (blocks + parts - 1) / parts;
   for_each(static_cast<index_t>(parts), [&, lo, hi](index_t p) {
     std::unique_ptr<float[]>& mine = band[static_cast<std::size_t>(p)];
-    mine.reset(new float[static_cast<std::size_t>(std::min(cap, per_part * radix_block) + radix_block)]);
+    mine.reset(new float[static_cast<std::size_t>(std::min(cap, per_part * radix_block) + radix_block + 16)]);
     float* const gathered = mine.get();
     index_t below = 0, above = 0, k = 0;
     alignas(64) std::uint8_t in_band[radix_block];
     const index_t end = std::min(n, (p + 1) * per_part * radix_block);
+    const bool avx512 = band_pass_avx512();
+    (void)avx512;  // (unused where the unit has no AVX-512 form)
     for (index_t t0 = p * per_part * radix_block; t0 < end && k <= cap; t0 += radix_block) {
       const index_t len = std::min(radix_block, end - t0);
       const float* v = values + t0;
       const std::uint8_t* mk = mask ? mask + t0 : nullptr;
+#if RECO_BAND_PASS_AVX512
+      if (avx512) {
+        band_block_avx512(v, mk, len, lo, hi, gathered, k, below, above);
+        continue;
+      }
+#endif
       std::uint8_t* fl = in_band;
       simd::run_widest_loops<band_flags>(v, mk, len, lo, hi, fl, below, above);
       // Most values lie outside the band: test 8 flags at a time.
