@@ -177,8 +177,8 @@ TEST(Covariance, LargeBatchesWithTiesMatchTheReference) {
 }
 
 // KL-Cov on a batch whose largest covariances sit exactly at the positions the library samples
-// for its streams' least value (covariance_least: S = 2^16 evenly spaced tokens, t_j =
-// floor((2j + 1) N / 2S)), each a distinct value: the sampled bound then admits fewer than k
+// for its streams' least value (covariance_least: S = covariance_samples evenly spaced tokens,
+// t_j = floor((2j + 1) N / 2S)), each a distinct value: the sampled bound then admits fewer than k
 // tokens, the streams run again without it, and the selection still matches the reference.
 TEST(Covariance, ABoundTheSampleSetsTooHighIsDropped) {
   batch_spec spec;
@@ -189,7 +189,7 @@ TEST(Covariance, ABoundTheSampleSetsTooHighIsDropped) {
   master_batch m = make_batch(4990, spec);
   const auto N = static_cast<index_t>(m.logp.size());
   ASSERT_GT(N, index_t(1) << 18) << "the streams start from a sampled bound";
-  const index_t S = index_t(1) << 16;
+  const index_t S = reco::detail::covariance_samples;
   std::fill(m.logp.begin(), m.logp.end(), -1.0);
   std::fill(m.token_advantages.begin(), m.token_advantages.end(), 0.0);
   for (index_t j = 0; j < S; ++j) {

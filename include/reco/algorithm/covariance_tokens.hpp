@@ -329,7 +329,7 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
 
 // From this many tokens a call's streams start from a least value estimated on a sample.
 inline constexpr index_t sampled_covariance_from = index_t(1) << 18;
-inline constexpr index_t covariance_samples = index_t(1) << 16;
+inline constexpr index_t covariance_samples = index_t(1) << 14;
 
 // A value at most the k-th best selection value of the batch, all but rarely: the selection
 // values of the selectable tokens at evenly spaced positions, and among them the j-th largest,
