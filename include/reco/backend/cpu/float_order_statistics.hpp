@@ -147,6 +147,20 @@ struct band_flags {
   }
 };
 
+// The value of a rank that names no valid entry: 0 outside [0, n), +inf among the masked tokens
+// (at or past `valid`, as the generic path's keys order them). False for a valid entry's rank.
+inline bool rank_without_value(index_t r, index_t n, index_t valid, double& out) {
+  if (r < 0 || r >= n) {
+    out = 0;
+    return true;
+  }
+  if (r >= valid) {
+    out = HUGE_VAL;
+    return true;
+  }
+  return false;
+}
+
 // The band pass's block in AVX-512 (16 floats at a time, masks in mask registers): the counts,
 // and the values inside the band compressed into `out` (a whole register is stored at out + k, so
 // out holds 16 floats of slack past what is gathered). The same counts and values, in the same
@@ -307,14 +321,7 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   index_t placed = -1;
   for (int j = 0; j < m; ++j) {
     const index_t r = ranks[j];
-    if (r < 0 || r >= n) {
-      out[j] = 0;
-      continue;
-    }
-    if (r >= valid) {
-      out[j] = HUGE_VAL;
-      continue;
-    }
+    if (rank_without_value(r, n, valid, out[j])) continue;
     const index_t i = r - below;
     if (placed < 0) {
       std::nth_element(all.begin(), all.begin() + i, all.end());
@@ -376,14 +383,7 @@ void masked_float_order_statistics(const float* values, const std::uint8_t* mask
   bool have_low = false;
   for (int j = 0; j < m; ++j) {
     const index_t r = ranks[j];
-    if (r < 0 || r >= n) {
-      out[j] = 0;
-      continue;
-    }
-    if (r >= valid) {
-      out[j] = HUGE_VAL;
-      continue;
-    }
+    if (rank_without_value(r, n, valid, out[j])) continue;
     index_t below = 0;
     std::uint32_t h = 0;
     while (below + high[h] <= r) below += high[h++];
