@@ -345,9 +345,19 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
   const index_t N = L.tokens, S = std::min(N, covariance_samples);
   std::vector<double> values;
   values.reserve(static_cast<std::size_t>(S));
+  auto position = [&](index_t j) {
+    return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+  };
+  constexpr index_t ahead = 32;  // each sample is a cache miss: ask for later ones while waiting
   index_t i = 0;
   for (index_t j = 0; j < S; ++j) {
-    const index_t t = static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+    const index_t t = position(j);
+    if (j + ahead < S) {
+      const index_t u = position(j + ahead);
+      __builtin_prefetch(b.logp + u);
+      if (b.mask) __builtin_prefetch(b.mask + u);
+      if (b.old_logp && p.mode == covariance_mode::clip) __builtin_prefetch(b.old_logp + u);
+    }
     while (i < L.responses && L.end(i) <= t) ++i;
     if (i == L.responses) break;
     const index_t t0 = L.begin(i);
