@@ -389,8 +389,8 @@ void mark_kept(const Backend& be, const T* values, const std::uint8_t* mask, ind
                objective_scalars* s, index_t* tie_rank, std::uint8_t* kept) {
   bool need_ranks = true;
   // The tie budget only matters when some tokens on the cut must be dropped.
-  if constexpr (Backend::host_accessible) need_ranks = cut_drops_ties(be, values, mask, n, s);
   if constexpr (Backend::host_accessible) {
+    need_ranks = cut_drops_ties(be, values, mask, n, s);
     // The tokens above the cut, then the first of those on it: no rank per token.
     if (need_ranks) {
       be.for_each(n, kept_fn<T>{values, mask, s, nullptr, kept, true});
