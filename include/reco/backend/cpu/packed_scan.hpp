@@ -82,6 +82,13 @@ struct packed_scan {
     using P = typename io::P;
     using M = typename io::M;
     const batch_pointers<T>& b = f.b;
+    if constexpr (Full) {
+      // 4 KiB ahead, as the token pass: the responses are short streams that the hardware
+      // prefetcher picks up late.
+      constexpr index_t ahead = 1024;
+      if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
+      if (b.mask && (t & 63) == 0) __builtin_prefetch(b.mask + t + ahead);
+    }
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     // Only what the checks and the sum read is loaded (reco's scan reads old_logp alone): the
     // old log-probabilities are logp's where the batch has none.

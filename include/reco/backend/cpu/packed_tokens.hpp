@@ -278,11 +278,15 @@ struct packed_kernel {
     if constexpr (Full) {
       // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
       // last level cache: 4 KiB ahead, a line of each array per pack (of the mask, every 4th).
+      // The gradients too, for writing: their lines then arrive before the stores fill the
+      // store buffer.
       constexpr index_t ahead = 1024;
       __builtin_prefetch(b.logp + t + ahead);
       if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
       if (Obj::kl_type::active) __builtin_prefetch(b.ref_logp + t + ahead);
       if ((t & 63) == 0 && b.mask) __builtin_prefetch(b.mask + t + ahead);
+      __builtin_prefetch(f.grad_logp + t + ahead, 1);
+      if (f.grad_entropy) __builtin_prefetch(f.grad_entropy + t + ahead, 1);
     }
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
