@@ -87,7 +87,7 @@ struct packed_scan {
       // prefetcher picks up late.
       constexpr index_t ahead = 1024;
       if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
-      if (b.mask && (t & 63) == 0) __builtin_prefetch(b.mask + t + ahead);
+      if (b.mask && (t & 63) < io::L) __builtin_prefetch(b.mask + t + ahead);  // once per 64 positions
     }
     const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
     // Only what the checks and the sum read is loaded (reco's scan reads old_logp alone): the

@@ -277,14 +277,14 @@ struct packed_kernel {
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
-      // last level cache: 4 KiB ahead, a line of each array per pack (of the mask, every 4th).
+      // last level cache: 4 KiB ahead, a line of each array per pack (of the mask, one in 64 / L).
       // The gradients too, for writing: their lines then arrive before the stores fill the
       // store buffer.
       constexpr index_t ahead = 1024;
       __builtin_prefetch(b.logp + t + ahead);
       if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
       if (Obj::kl_type::active) __builtin_prefetch(b.ref_logp + t + ahead);
-      if ((t & 63) == 0 && b.mask) __builtin_prefetch(b.mask + t + ahead);
+      if ((t & 63) < L && b.mask) __builtin_prefetch(b.mask + t + ahead);  // once per 64 positions
       __builtin_prefetch(f.grad_logp + t + ahead, 1);
       if (f.grad_entropy) __builtin_prefetch(f.grad_entropy + t + ahead, 1);
     }

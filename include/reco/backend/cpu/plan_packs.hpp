@@ -40,9 +40,7 @@ struct packed_plan_scan {
         s.n = end - begin;
         return;
       }
-      std::uint32_t n = 0;  // 2^32 tokens of one response would be 16 GiB of logp
-      for (index_t t = begin; t < end; ++t) n += b.mask[t] != 0;
-      s.n = n;
+      s.n = static_cast<index_t>(simd::nonzero_bytes<W>(b.mask + begin, end - begin));
       return;
     }
     if (!trim_to_valid(b.mask, begin, end, s)) return;
@@ -63,6 +61,13 @@ struct packed_plan_scan {
     using P = simd::pack<W>;
     using M = simd::mask<W>;
     const batch_pointers<T>& b = f.b;
+    if constexpr (Full) {
+      // 4 KiB ahead, as the call's scan (packed_scan.hpp).
+      // (A line per 64 / sizeof(T) positions, the packs' first positions stepping by W.)
+      constexpr index_t line = 64 / sizeof(T);
+      if (f.reads.old_mean && (t % line) < W) __builtin_prefetch(f.old_source() + t + 4096 / sizeof(T));
+      if (b.mask && (t & 63) < W) __builtin_prefetch(b.mask + t + 4096);
+    }
     const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
     const P o = f.reads.old_mean ? load<W, Full>(f.old_source() + t, n) : P(0.0);
     const P h = f.reads.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
