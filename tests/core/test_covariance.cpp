@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/compare.hpp"
 #include "reco/given_advantages.hpp"
+#include "reco/backend/cpu.hpp"
 #include "reco/presets.hpp"
 #include "reco/step_plan.hpp"
 
@@ -206,6 +208,92 @@ TEST(Covariance, ABoundTheSampleSetsTooHighIsDropped) {
   const reco_ref::output kref = reco_ref::evaluate(to_reference(m), kcfg);
   expect_matches(run_library<double>(reco::with_given_advantages(kc), m), kref, tolerances_for<double>(), "kl_cov");
   expect_matches(run_library<float>(reco::with_given_advantages(kc), m), kref, tolerances_for<float>(), "kl_cov float");
+}
+
+// Clip-Cov and KL-Cov with the advantages per response on a batch whose sampled tokens (the
+// positions of covariance_least and of the sampled mean) all hold logp = 0 while the rest of the
+// batch lies far below: the sample's mean is 0 with no spread, the exact mean lies outside it, and
+// the selection must come from the exact passes (tests on the sampled mean with their tiny margin
+// would miss most of the selected tokens).
+TEST(Covariance, ASampledMeanOutsideItsSpreadIsNotUsed) {
+  batch_spec spec;
+  spec.groups = 110;
+  spec.max_group = 8;
+  spec.max_length = 2400;
+  master_batch m = make_batch(4995, spec);
+  const auto N = static_cast<index_t>(m.logp.size());
+  ASSERT_GT(N, index_t(1) << 18) << "the selection starts from a sampled mean";
+  const index_t S = reco::detail::covariance_samples;
+  for (double& x : m.logp) x -= 3.0;
+  for (index_t j = 0; j < S; ++j) m.logp[static_cast<std::size_t>(reco::detail::sample_position(j, N, S))] = 0.0;
+  for (std::size_t t = 0; t < m.logp.size(); ++t) m.old_logp[t] = m.logp[t] - 0.01;
+  round_to<float>(m);
+  for (double ratio : {2e-4, 0.3}) {
+    const std::string tag = " ratio " + std::to_string(ratio);
+    reco::presets::kl_cov kc;
+    reco_ref::config kcfg = reco_ref::preset("kl_cov");
+    biting(kc, kcfg, ratio, 7.0);
+    reco::presets::clip_cov cc;
+    reco_ref::config ccfg = reco_ref::preset("clip_cov");
+    biting(cc, ccfg, ratio, 7.0);
+    expect_matches(run_library<float>(kc, m), reco_ref::evaluate(to_reference(m), kcfg), tolerances_for<float>(),
+                   "kl_cov" + tag);
+    expect_matches(run_library<float>(cc, m), reco_ref::evaluate(to_reference(m), ccfg), tolerances_for<float>(),
+                   "clip_cov" + tag);
+  }
+}
+
+// The one loop over a response that gives the sampled-mean selection its sums and block test
+// (covariance_response_fn, on packs on the CPU backend) against the two passes it joins: the sums
+// bit for bit as the per-response lane sums (which a step plan's summaries add), the blocks hit
+// as the block test's, for float and double inputs, packed and padded, keyed or not.
+template <class T>
+void expect_one_loop_as_two_passes(const master_batch& m, bool keyed) {
+  using namespace reco::detail;
+  const typed_batch<T> tb(m);
+  const batch_pointers<T> b = pointers_of(tb.view());
+  const reco::cpu be;
+  covariance_means means;
+  means.adv = 0.1;
+  means.logp = -1.3;
+  for (index_t i = 0; i < b.layout.responses; ++i) {
+    const index_t t0 = b.layout.begin(i), e = b.layout.end(i);
+    const index_t words = ((e - t0 + covariance_block - 1) / covariance_block + 63) / 64;
+    std::vector<std::uint64_t> one(static_cast<std::size_t>(words) + 1), two(one.size());
+    const double a = 0.05 * static_cast<double>(i % 41) - 1.0;
+    covariance_block_hits_fn<T> test{b, a, -0.2, 0.4, means, t0, e, one.data()};
+    if (keyed) {
+      test.keyed = true;
+      test.seed_bits = subset_seed(3.0);
+      test.key_below = std::uint64_t(1) << 51;
+      test.response = i;
+    }
+    covariance_sums joined;
+    be.for_each(1, covariance_response_fn<T>{test, &joined, i});
+    covariance_block_hits_fn<T> apart = test;
+    apart.hits = two.data();
+    if (e > t0) apart(0);
+    const covariance_sums sums = host_covariance_sums(b, i);
+    const std::string at = "response " + std::to_string(i) + (keyed ? " keyed" : "");
+    EXPECT_EQ(std::memcmp(&joined.logp, &sums.logp, sizeof(double)), 0) << at << ": " << joined.logp << " " << sums.logp;
+    EXPECT_EQ(joined.n, sums.n) << at;
+    for (index_t w = 0; w < words; ++w) EXPECT_EQ(one[static_cast<std::size_t>(w)], two[static_cast<std::size_t>(w)]) << at;
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(Covariance, OneReadOfAResponseAsTheTwoPasses) {
+  for (std::uint64_t s = 0; s < 2; ++s) {
+    batch_spec spec;
+    spec.groups = 30;
+    spec.max_length = 700;
+    spec.padded = s == 1;
+    const master_batch m = make_batch(4996 + s, spec);
+    for (bool keyed : {false, true}) {
+      expect_one_loop_as_two_passes<float>(m, keyed);
+      expect_one_loop_as_two_passes<double>(m, keyed);
+    }
+  }
 }
 
 // Masked tokens get exactly 0 gradient, selected or not.

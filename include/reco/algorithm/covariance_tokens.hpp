@@ -211,6 +211,12 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
       if (b.valid(t)) in[t] = selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), value[t]);
 }
 
+// A token that may be selected, found on the sampled mean: its place and its logp.
+struct covariance_candidate {
+  index_t t, response;
+  double logp;
+};
+
 // The scratch of a selection, kept per thread between calls: the values and flags of the
 // planned path (covariance_values), the per-response sums, the streams of the single call and
 // the selected tokens.
@@ -220,6 +226,7 @@ struct covariance_buffers {
   std::vector<covariance_sums> sums;  // per response
   std::vector<top_k_stream> streams;  // per chunk of responses
   std::vector<std::vector<std::uint64_t>> hits;  // per chunk: a response's blocks that hit
+  std::vector<std::vector<covariance_candidate>> candidates;  // per chunk (the sampled-mean path)
   std::vector<index_t> chunk_first;   // the chunks' first responses, and R at the end
   std::vector<ranked_item> merged;
   std::vector<index_t> selected;  // the selected tokens, increasing
@@ -265,6 +272,19 @@ struct covariance_block_hits_fn {
     }
   }
   void operator()(index_t) const { blocks_from(t0, 0); }
+};
+
+// One response's sums into *out and its block test, together: one read of its logp and mask (the
+// CPU backend runs both in one loop, reco/backend/cpu/packed_covariance.hpp).
+template <class T>
+struct covariance_response_fn {
+  covariance_block_hits_fn<T> test;
+  covariance_sums* out;
+  index_t response;
+  void operator()(index_t) const {
+    *out = response_covariance_sums(test.b, response);
+    test(0);
+  }
 };
 
 // The valid tokens of responses [r0, r1) whose selection value the stream admits, pushed in
@@ -331,6 +351,48 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
 inline constexpr index_t sampled_covariance_from = index_t(1) << 18;
 inline constexpr index_t covariance_samples = index_t(1) << 14;
 
+// Sample j of S evenly spaced over N tokens: the middle of its N / S slots.
+inline index_t sample_position(index_t j, index_t N, index_t S) {
+  return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+}
+
+// The mean logp of the valid tokens among covariance_samples evenly spaced ones, and `spread`, the
+// distance from it within which the batch's mean lies all but rarely: 6 standard errors (and a
+// relative 1e-9). Where the sample holds fewer than 1,024 tokens with a number, spread is +inf.
+struct sampled_mean {
+  double mean = 0, spread = HUGE_VAL;
+};
+template <class T>
+sampled_mean sampled_logp_mean(const batch_pointers<T>& b) {
+  const token_layout& L = b.layout;
+  const index_t N = L.tokens, S = std::min(N, covariance_samples);
+  constexpr index_t ahead = 32;
+  double mean = 0, m2 = 0;  // Welford's running mean and sum of squared deviations
+  index_t n = 0, i = 0;
+  for (index_t j = 0; j < S; ++j) {
+    const index_t t = sample_position(j, N, S);
+    if (j + ahead < S) {
+      const index_t u = sample_position(j + ahead, N, S);
+      __builtin_prefetch(b.logp + u);
+      if (b.mask) __builtin_prefetch(b.mask + u);
+    }
+    while (i < L.responses && L.end(i) <= t) ++i;
+    if (i == L.responses) break;
+    if (t < L.begin(i) || !b.valid(t)) continue;
+    const double x = static_cast<double>(b.logp[t]);
+    if (!(x - x == 0)) continue;  // NaN or inf: the token pass reports it
+    ++n;
+    const double d = x - mean;
+    mean += d / static_cast<double>(n);
+    m2 += d * (x - mean);
+  }
+  sampled_mean s;
+  if (n < 1024) return s;
+  s.mean = mean;
+  s.spread = 6.0 * std::sqrt(m2 / static_cast<double>(n - 1) / static_cast<double>(n)) + 1e-9 * (1.0 + std::fabs(mean));
+  return s;
+}
+
 // A value at most the k-th best selection value of the batch, all but rarely: the selection
 // values of the selectable tokens at evenly spaced positions, and among them the j-th largest,
 // j = e + 5 sqrt(e) + 16 where e = k S / N is the sample's expected share of the k best. -inf where
@@ -345,9 +407,7 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
   const index_t N = L.tokens, S = std::min(N, covariance_samples);
   std::vector<double> values;
   values.reserve(static_cast<std::size_t>(S));
-  auto position = [&](index_t j) {
-    return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
-  };
+  auto position = [&](index_t j) { return sample_position(j, N, S); };
   constexpr index_t ahead = 32;  // each sample is a cache miss: ask for later ones while waiting
   index_t i = 0;
   for (index_t j = 0; j < S; ++j) {
@@ -381,6 +441,127 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
   return *jth;
 }
 
+// The chunks of responses that streams run on: at most 16, of at least 2^16 tokens; their first
+// responses into `first`, then R. Returns their number.
+inline std::size_t covariance_chunks(const token_layout& L, std::vector<index_t>& first) {
+  constexpr index_t max_chunks = 16, min_chunk = index_t(1) << 16;
+  const index_t chunk_tokens = std::max(min_chunk, (L.tokens + max_chunks - 1) / max_chunks);
+  first.clear();
+  for (index_t i = 0; i < L.responses; ++i)
+    if (first.empty() || L.begin(i) - L.begin(first.back()) >= chunk_tokens) first.push_back(i);
+  const std::size_t chunks = first.size();
+  first.push_back(L.responses);
+  return chunks;
+}
+
+// One call's selection on a sampled mean, from sampled_covariance_from tokens with the advantages
+// per response: the per-response sums of logp (for the exact means) and the block tests read each
+// response once, from memory and then from the cache, with the tests run on the mean of a sample
+// (sampled_logp_mean) and their bounds widened by what its distance `spread` from the exact mean
+// can move a covariance: |A_i - mean A| spread, plus a relative 2^-40 for the roundings. The tokens
+// that pass are kept with their logp; once the sums give the exact mean, and it lies within
+// spread of the sample's, the streams take them on the exact covariances, in token order as
+// covariance_stream would: every token it would push passed the wider test, so the selection is
+// the same. Returns false, having selected nothing, where the sample cannot decide (too few
+// tokens, the exact mean outside its spread, fewer than k tokens at the sampled least value):
+// the caller then runs the exact passes.
+template <class Backend, class Obj, class T>
+bool covariance_select_sampled(const Backend& be, const Obj& obj, const batch_pointers<T>& b,
+                               const response_scratch& r, covariance_buffers& buf, std::size_t chunks,
+                               std::vector<index_t>& selected) {
+  const auto& p = obj.select.params;
+  const bool kl = p.mode == covariance_mode::kl;
+  const token_layout& L = b.layout;
+  const double* adv = r.adv;
+  // The counts and the mean advantage as the sums will give them (the valid counts are the
+  // scan's); the mean logp from the sample.
+  covariance_means est;
+  for (index_t i = 0; i < L.responses; ++i)
+    covariance_add(est, covariance_sums{static_cast<double>(r.length[i]), 0.0, 0.0}, adv[i], false);
+  const index_t k = covariance_count(p.ratio, est.n);
+  if (k == 0) return false;
+  covariance_finish(est);
+  const sampled_mean sample = sampled_logp_mean(b);
+  if (!(sample.spread < HUGE_VAL)) return false;
+  est.logp = sample.mean;
+  const double least = covariance_least(obj, b, adv, est, k);
+  if (!(least > -HUGE_VAL)) return false;
+
+  const double spread = sample.spread * (1 + 0x1p-40);
+  const std::uint64_t seed_bits = subset_seed(p.seed);
+  // Clip-Cov's streams admit -key >= least: keys up to -least (an integer).
+  const std::uint64_t key_below = kl ? 0 : static_cast<std::uint64_t>(-least) + 1;
+  const double bound = kl ? std::fabs(least) : std::max(std::fabs(p.lb), std::fabs(p.ub));
+  if (buf.candidates.size() < chunks) buf.candidates.resize(chunks);
+  covariance_sums* sums = buf.sums.data();
+  std::vector<covariance_candidate>* candidates = buf.candidates.data();
+  std::vector<std::uint64_t>* hits = buf.hits.data();
+  const index_t* first = buf.chunk_first.data();
+  be.for_each(static_cast<index_t>(chunks), [=, &be](index_t c) {
+    std::vector<covariance_candidate>& out = candidates[c];
+    std::vector<std::uint64_t>& h = hits[c];
+    out.clear();
+    for (index_t i = first[c]; i < first[c + 1]; ++i) {
+      const index_t t0 = L.begin(i), e = L.end(i);
+      if (e <= t0) {
+        sums[i] = covariance_sums{};
+        continue;
+      }
+      const double margin =
+          (std::fabs(adv[i] - est.adv) * spread + bound * 0x1p-40) * (1 + 0x1p-40) + std::numeric_limits<double>::min();
+      const double lo = (kl ? least : p.lb) - margin, hi = kl ? HUGE_VAL : p.ub + margin;
+      const index_t blocks = (e - t0 + covariance_block - 1) / covariance_block;
+      h.resize(static_cast<std::size_t>((blocks + 63) / 64));
+      covariance_block_hits_fn<T> test{b, adv[i], lo, hi, est, t0, e, h.data()};
+      if (!kl) {
+        test.keyed = true;
+        test.seed_bits = seed_bits;
+        test.key_below = key_below;
+        test.response = i;
+      }
+      be.for_each(1, covariance_response_fn<T>{test, sums + i, i});
+      for (index_t w = 0; w * 64 < blocks; ++w)
+        for (std::uint64_t bits = h[static_cast<std::size_t>(w)]; bits != 0; bits &= bits - 1) {
+          const index_t t = t0 + (w * 64 + __builtin_ctzll(bits)) * covariance_block;
+          for (index_t u = t, stop = std::min(t + covariance_block, e); u < stop; ++u) {
+            if (!b.valid(u)) continue;
+            const double logp = static_cast<double>(b.logp[u]);
+            const double cov = token_covariance(adv[i], logp, est);
+            bool in = cov > lo && cov <= hi;
+            if (!kl) in = in && (splitmix64(seed_bits ^ subset_place(i, u - t0)) >> 11) < key_below;
+            if (in) out.push_back({u, i, logp});
+          }
+        }
+    }
+  });
+  covariance_means m;
+  for (index_t i = 0; i < L.responses; ++i) covariance_add(m, sums[i], adv[i], false);
+  covariance_finish(m);
+  if (!(m.n == est.n && m.adv == est.adv && std::fabs(m.logp - est.logp) <= sample.spread)) return false;
+
+  top_k_stream* streams = buf.streams.data();
+  for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k, least);
+  be.for_each(static_cast<index_t>(chunks), [=, &obj](index_t c) {
+    top_k_stream& s = streams[c];
+    for (const covariance_candidate& x : candidates[c]) {
+      const double a = adv[x.response];
+      const double cov = token_covariance(a, x.logp, m);
+      if (kl) {
+        if (s.admits(cov)) s.push(cov, x.t);
+        continue;
+      }
+      if (!(cov > p.lb && cov < p.ub)) continue;
+      const double v = clip_value(p.seed, x.response, x.t - L.begin(x.response));
+      if (s.admits(v) && clip_open(obj, b, x.t, a, x.logp)) s.push(v, x.t);
+    }
+  });
+  index_t pushed = 0;
+  for (std::size_t c = 0; c < chunks; ++c) pushed += streams[c].pushed();
+  if (pushed < k) return false;
+  top_k_merge(buf.streams, chunks, k, buf.merged, selected);
+  return true;
+}
+
 // One call's selection (no plan): the tokens one call on the whole batch selects, in increasing
 // order, into `selected`; flags are not written. The responses run in chunks, each a stream of
 // its own (in parallel on a parallel backend), and the streams merge into the k best of all: the
@@ -388,7 +569,8 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
 // so the chunks are few (at most 16, of at least 2^16 tokens): with k a fixed share of N the
 // share of tokens admitted then does not grow with N. From sampled_covariance_from tokens the
 // streams start from covariance_least (`least`, where given: a test's bound), so that each admits
-// about its share of the k best instead.
+// about its share of the k best instead, and with the advantages per response the selection
+// runs on a sampled mean first (covariance_select_sampled).
 template <class Backend, class Obj, class T>
 void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T>& b, const response_scratch& r,
                        std::vector<index_t>& selected, double least = std::numeric_limits<double>::quiet_NaN()) {
@@ -396,6 +578,12 @@ void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T
   selected.clear();
   covariance_buffers& buf = thread_covariance_buffers();
   buf.sums.resize(static_cast<std::size_t>(L.responses));
+  const std::size_t chunks = covariance_chunks(L, buf.chunk_first);
+  if (buf.streams.size() < chunks) buf.streams.resize(chunks);
+  if (buf.hits.size() < chunks) buf.hits.resize(chunks);
+  if (least != least && L.tokens >= sampled_covariance_from && b.token_advantages == nullptr &&
+      covariance_select_sampled(be, obj, b, r, buf, chunks, selected))
+    return;
   be.for_each(L.responses, covariance_sums_fn<T>{b, buf.sums.data()});
   covariance_means m;
   for (index_t i = 0; i < L.responses; ++i)
@@ -403,16 +591,6 @@ void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T
   const index_t k = covariance_count(obj.select.params.ratio, m.n);
   if (k == 0) return;
   covariance_finish(m);
-  constexpr index_t max_chunks = 16, min_chunk = index_t(1) << 16;
-  const index_t chunk_tokens = std::max(min_chunk, (L.tokens + max_chunks - 1) / max_chunks);
-  buf.chunk_first.clear();
-  for (index_t i = 0; i < L.responses; ++i)
-    if (buf.chunk_first.empty() || L.begin(i) - L.begin(buf.chunk_first.back()) >= chunk_tokens)
-      buf.chunk_first.push_back(i);
-  const std::size_t chunks = buf.chunk_first.size();
-  buf.chunk_first.push_back(L.responses);
-  if (buf.streams.size() < chunks) buf.streams.resize(chunks);
-  if (buf.hits.size() < chunks) buf.hits.resize(chunks);
   top_k_stream* streams = buf.streams.data();
   std::vector<std::uint64_t>* hits = buf.hits.data();
   const index_t* first = buf.chunk_first.data();
