@@ -217,6 +217,12 @@ struct covariance_candidate {
   double logp;
 };
 
+// A token of the sample the selection's estimates start from (sample_covariance_tokens).
+struct covariance_sample {
+  index_t t, response;
+  double logp;
+};
+
 // The scratch of a selection, kept per thread between calls: the values and flags of the
 // planned path (covariance_values), the per-response sums, the streams of the single call and
 // the selected tokens.
@@ -227,6 +233,7 @@ struct covariance_buffers {
   std::vector<top_k_stream> streams;  // per chunk of responses
   std::vector<std::vector<std::uint64_t>> hits;  // per chunk: a response's blocks that hit
   std::vector<std::vector<covariance_candidate>> candidates;  // per chunk (the sampled-mean path)
+  std::vector<covariance_sample> sample;  // the sampled tokens (covariance_least)
   std::vector<index_t> chunk_first;   // the chunks' first responses, and R at the end
   std::vector<ranked_item> merged;
   std::vector<index_t> selected;  // the selected tokens, increasing
@@ -356,19 +363,16 @@ inline index_t sample_position(index_t j, index_t N, index_t S) {
   return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
 }
 
-// The mean logp of the valid tokens among covariance_samples evenly spaced ones, and `spread`, the
-// distance from it within which the batch's mean lies all but rarely: 6 standard errors (and a
-// relative 1e-9). Where the sample holds fewer than 1,024 tokens with a number, spread is +inf.
-struct sampled_mean {
-  double mean = 0, spread = HUGE_VAL;
-};
+// The valid tokens at covariance_samples evenly spaced positions (all of them below that many
+// tokens), kept with their logp (covariance_sample): each a cache miss, so read once for the
+// estimates below.
 template <class T>
-sampled_mean sampled_logp_mean(const batch_pointers<T>& b) {
+void sample_covariance_tokens(const batch_pointers<T>& b, std::vector<covariance_sample>& out) {
   const token_layout& L = b.layout;
   const index_t N = L.tokens, S = std::min(N, covariance_samples);
-  constexpr index_t ahead = 32;
-  double mean = 0, m2 = 0;  // Welford's running mean and sum of squared deviations
-  index_t n = 0, i = 0;
+  out.clear();
+  constexpr index_t ahead = 32;  // ask for later samples while waiting for this one
+  index_t i = 0;
   for (index_t j = 0; j < S; ++j) {
     const index_t t = sample_position(j, N, S);
     if (j + ahead < S) {
@@ -379,12 +383,25 @@ sampled_mean sampled_logp_mean(const batch_pointers<T>& b) {
     while (i < L.responses && L.end(i) <= t) ++i;
     if (i == L.responses) break;
     if (t < L.begin(i) || !b.valid(t)) continue;
-    const double x = static_cast<double>(b.logp[t]);
-    if (!(x - x == 0)) continue;  // NaN or inf: the token pass reports it
+    out.push_back({t, i, static_cast<double>(b.logp[t])});
+  }
+}
+
+// The mean logp of the sampled tokens, and `spread`, the distance from it within which the
+// batch's mean lies all but rarely: 6 standard errors (and a relative 1e-9). Where the sample holds
+// fewer than 1,024 tokens with a finite logp, spread is +inf.
+struct sampled_mean {
+  double mean = 0, spread = HUGE_VAL;
+};
+inline sampled_mean sampled_logp_mean(const std::vector<covariance_sample>& sample) {
+  double mean = 0, m2 = 0;  // Welford's running mean and sum of squared deviations
+  index_t n = 0;
+  for (const covariance_sample& x : sample) {
+    if (!(x.logp - x.logp == 0)) continue;  // NaN or inf: the token pass reports it
     ++n;
-    const double d = x - mean;
+    const double d = x.logp - mean;
     mean += d / static_cast<double>(n);
-    m2 += d * (x - mean);
+    m2 += d * (x.logp - mean);
   }
   sampled_mean s;
   if (n < 1024) return s;
@@ -394,43 +411,31 @@ sampled_mean sampled_logp_mean(const batch_pointers<T>& b) {
 }
 
 // A value at most the k-th best selection value of the batch, all but rarely: the selection
-// values of the selectable tokens at evenly spaced positions, and among them the j-th largest,
+// values of the sampled tokens that are selectable, and among them the j-th largest,
 // j = e + 5 sqrt(e) + 16 where e = k S / N is the sample's expected share of the k best. -inf where
 // the sample holds fewer than j selectable tokens. The streams admit nothing below it until
 // they hold k items; a pass that admits fewer than k in all proves it too high, and runs again
 // without it (covariance_select).
 template <class Obj, class T>
 double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
-                        index_t k) {
+                        index_t k, const std::vector<covariance_sample>& sample) {
   const auto& p = obj.select.params;
-  const token_layout& L = b.layout;
-  const index_t N = L.tokens, S = std::min(N, covariance_samples);
+  const index_t N = b.layout.tokens, S = std::min(N, covariance_samples);
   std::vector<double> values;
-  values.reserve(static_cast<std::size_t>(S));
-  auto position = [&](index_t j) { return sample_position(j, N, S); };
-  constexpr index_t ahead = 32;  // each sample is a cache miss: ask for later ones while waiting
-  index_t i = 0;
-  for (index_t j = 0; j < S; ++j) {
-    const index_t t = position(j);
-    if (j + ahead < S) {
-      const index_t u = position(j + ahead);
-      __builtin_prefetch(b.logp + u);
-      if (b.mask) __builtin_prefetch(b.mask + u);
-      if (b.old_logp && p.mode == covariance_mode::clip) __builtin_prefetch(b.old_logp + u);
-    }
-    while (i < L.responses && L.end(i) <= t) ++i;
-    if (i == L.responses) break;
-    const index_t t0 = L.begin(i);
-    if (t < t0 || !b.valid(t)) continue;
-    const double a = b.advantage_at(t, adv[i]);
-    const double logp = static_cast<double>(b.logp[t]);
-    const double cov = token_covariance(a, logp, m);
+  values.reserve(sample.size());
+  const bool clip = p.mode == covariance_mode::clip;
+  constexpr std::size_t ahead = 32;  // Clip-Cov's clip test reads old_logp: a miss each
+  for (std::size_t j = 0; j < sample.size(); ++j) {
+    if (clip && b.old_logp && j + ahead < sample.size()) __builtin_prefetch(b.old_logp + sample[j + ahead].t);
+    const covariance_sample& x = sample[j];
+    const double a = b.advantage_at(x.t, adv[x.response]);
+    const double cov = token_covariance(a, x.logp, m);
     // (A NaN covariance, from a log-probability the token pass then reports, is left out:
     // nth_element needs an order; the streams turn NaN away too.)
-    if (p.mode == covariance_mode::kl) {
+    if (!clip) {
       if (cov == cov) values.push_back(cov);
-    } else if (clip_candidate(obj, b, t, a, logp, cov)) {
-      values.push_back(clip_value(p.seed, i, t - t0));
+    } else if (clip_candidate(obj, b, x.t, a, x.logp, cov)) {
+      values.push_back(clip_value(p.seed, x.response, x.t - b.layout.begin(x.response)));
     }
   }
   const double e = static_cast<double>(k) * static_cast<double>(S) / static_cast<double>(N);
@@ -481,10 +486,11 @@ bool covariance_select_sampled(const Backend& be, const Obj& obj, const batch_po
   const index_t k = covariance_count(p.ratio, est.n);
   if (k == 0) return false;
   covariance_finish(est);
-  const sampled_mean sample = sampled_logp_mean(b);
+  sample_covariance_tokens(b, buf.sample);
+  const sampled_mean sample = sampled_logp_mean(buf.sample);
   if (!(sample.spread < HUGE_VAL)) return false;
   est.logp = sample.mean;
-  const double least = covariance_least(obj, b, adv, est, k);
+  const double least = covariance_least(obj, b, adv, est, k, buf.sample);
   if (!(least > -HUGE_VAL)) return false;
 
   const double spread = sample.spread * (1 + 0x1p-40);
@@ -595,7 +601,13 @@ void covariance_select(const Backend& be, const Obj& obj, const batch_pointers<T
   std::vector<std::uint64_t>* hits = buf.hits.data();
   const index_t* first = buf.chunk_first.data();
   const double* adv = r.adv;
-  if (least != least) least = L.tokens >= sampled_covariance_from ? covariance_least(obj, b, adv, m, k) : -HUGE_VAL;
+  if (least != least) {
+    least = -HUGE_VAL;
+    if (L.tokens >= sampled_covariance_from) {
+      sample_covariance_tokens(b, buf.sample);
+      least = covariance_least(obj, b, adv, m, k, buf.sample);
+    }
+  }
   auto run = [&](double from) {
     for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k, from);
     // (A chunk's block tests are passes of one call: they run on the chunk's thread.)
