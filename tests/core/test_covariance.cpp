@@ -35,6 +35,18 @@ void biting(Obj& o, reco_ref::config& c, double ratio, double seed) {
   c.cov_seed = seed;
 }
 
+// KL-Cov and Clip-Cov with the biting parameters, and their reference configurations.
+struct biting_pair {
+  reco::presets::kl_cov kc;
+  reco_ref::config kcfg = reco_ref::preset("kl_cov");
+  reco::presets::clip_cov cc;
+  reco_ref::config ccfg = reco_ref::preset("clip_cov");
+  biting_pair(double ratio, double seed) {
+    biting(kc, kcfg, ratio, seed);
+    biting(cc, ccfg, ratio, seed);
+  }
+};
+
 // verl's defaults (verl/trainer/config/actor/actor.yaml, core_algos.py), docs/presets.md.
 TEST(Covariance, PresetConstants) {
   const reco::presets::clip_cov c;
@@ -152,12 +164,10 @@ TEST(Covariance, LargeBatchesWithTiesMatchTheReference) {
     ASSERT_GT(m.logp.size(), std::size_t(1) << 18) << "chunks of responses";
     for (double ratio : {2e-4, 0.3}) {
       const std::string tag = " batch " + std::to_string(s) + " ratio " + std::to_string(ratio);
-      reco::presets::kl_cov kc;
-      reco_ref::config kcfg = reco_ref::preset("kl_cov");
-      biting(kc, kcfg, ratio, 7.0);
-      reco::presets::clip_cov cc;
-      reco_ref::config ccfg = reco_ref::preset("clip_cov");
-      biting(cc, ccfg, ratio, 7.0);
+      biting_pair o(ratio, 7.0);
+      auto& kc = o.kc;
+      auto& cc = o.cc;
+      auto &kcfg = o.kcfg, &ccfg = o.ccfg;
       if (spec.token_advantages) kcfg.adv = ccfg.adv = reco_ref::advantage::given;
       const reco_ref::output kref = reco_ref::evaluate(to_reference(m), kcfg);
       const reco_ref::output cref = reco_ref::evaluate(to_reference(m), ccfg);
@@ -230,15 +240,10 @@ TEST(Covariance, ASampledMeanOutsideItsSpreadIsNotUsed) {
   round_to<float>(m);
   for (double ratio : {2e-4, 0.3}) {
     const std::string tag = " ratio " + std::to_string(ratio);
-    reco::presets::kl_cov kc;
-    reco_ref::config kcfg = reco_ref::preset("kl_cov");
-    biting(kc, kcfg, ratio, 7.0);
-    reco::presets::clip_cov cc;
-    reco_ref::config ccfg = reco_ref::preset("clip_cov");
-    biting(cc, ccfg, ratio, 7.0);
-    expect_matches(run_library<float>(kc, m), reco_ref::evaluate(to_reference(m), kcfg), tolerances_for<float>(),
+    const biting_pair o(ratio, 7.0);
+    expect_matches(run_library<float>(o.kc, m), reco_ref::evaluate(to_reference(m), o.kcfg), tolerances_for<float>(),
                    "kl_cov" + tag);
-    expect_matches(run_library<float>(cc, m), reco_ref::evaluate(to_reference(m), ccfg), tolerances_for<float>(),
+    expect_matches(run_library<float>(o.cc, m), reco_ref::evaluate(to_reference(m), o.ccfg), tolerances_for<float>(),
                    "clip_cov" + tag);
   }
 }
