@@ -136,69 +136,84 @@ struct response_sums_and_hits_pass {
     if (f.test.keyed) loop<W, true>(f);
     else loop<W, false>(f);
   }
+  // The loop's constants and sums (a member function, not a lambda, steps them: the dispatched
+  // variants must inline every pack function, at every optimisation level).
+  template <int W>
+  struct lanes_state {
+    static constexpr int packs = sum_lanes / W;
+    using P = simd::pack<W>;
+    typedef typename simd::vectors<W>::u64 U;
+    P mean_logp, lo, hi, c;
+    U lane{}, base, below;
+    P s[packs], n[packs];
+    RECO_SIMD_INLINE explicit lanes_state(const covariance_block_hits_fn<T>& test)
+        : mean_logp(test.m.logp),
+          lo(test.lo),
+          hi(test.hi),
+          c(P(test.response_adv) - P(test.m.adv)),
+          base(U{} + (test.seed_bits ^ (static_cast<std::uint64_t>(test.response) << 32))),
+          below(U{} + test.key_below) {
+      for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
+    }
+  };
+  // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test.
+  template <int W, bool Keyed>
+  static RECO_SIMD_INLINE void step(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
+                                    simd::mask<W>* hit) {
+    using P = simd::pack<W>;
+    using U = typename lanes_state<W>::U;
+    const std::uint8_t* const mask = test.b.mask;
+    for (int p = 0; p < lanes_state<W>::packs; ++p) {
+      const index_t v = u + p * W;
+      const P x = simd::load<W>(test.b.logp + v);
+      if (mask) {
+        const auto ok = simd::valid_lanes<W, true>(mask + v, W);
+        st.s[p] += simd::select(ok, x, P(0.0));
+        st.n[p] += simd::select(ok, P(1.0), P(0.0));
+      } else {
+        st.s[p] += x;
+      }
+      if (hit == nullptr) continue;
+      const P cov = st.c * (x - st.mean_logp);
+      auto in = cov > st.lo && cov <= st.hi;
+      if constexpr (Keyed) {
+        U h = st.base ^ (st.lane + static_cast<std::uint64_t>(v - test.t0));
+        h += 0x9E3779B97F4A7C15ull;
+        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+        h = (h ^ (h >> 31)) >> 11;
+        in = in && simd::mask<W>((typename simd::mask<W>::raw)(h < st.below));
+      }
+      *hit = *hit || in;
+    }
+  }
   template <int W, bool Keyed>
   static RECO_SIMD_INLINE void loop(const covariance_response_fn<T>& f) {
     static_assert(covariance_block % sum_lanes == 0 && sum_lanes % W == 0, "whole lane blocks in a block");
-    constexpr int packs = sum_lanes / W;
-    using P = simd::pack<W>;
-    typedef typename simd::vectors<W>::u64 U;
     const covariance_block_hits_fn<T>& test = f.test;
     const batch_pointers<T>& b = test.b;
-    const std::uint8_t* const mask = b.mask;
-    const P mean_logp(test.m.logp), lo(test.lo), hi(test.hi);
-    const P c = P(test.response_adv) - P(test.m.adv);
-    U lane{};
-    for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
-    const U base = U{} + ((test.seed_bits ^ (static_cast<std::uint64_t>(test.response) << 32))),
-            below = U{} + test.key_below;
-    P s[packs], n[packs];
+    lanes_state<W> st(test);
     const index_t t0 = test.t0, e = test.e;
-    // The lane sums of the 8 tokens from u; the covariance test of the packs where `hit` is given.
-    auto step = [&](index_t u, simd::mask<W>* hit) {
-      for (int p = 0; p < packs; ++p) {
-        const index_t v = u + p * W;
-        const P x = simd::load<W>(b.logp + v);
-        if (mask) {
-          const auto ok = simd::valid_lanes<W, true>(mask + v, W);
-          s[p] += simd::select(ok, x, P(0.0));
-          n[p] += simd::select(ok, P(1.0), P(0.0));
-        } else {
-          s[p] += x;
-        }
-        if (hit == nullptr) continue;
-        const P cov = c * (x - mean_logp);
-        auto in = cov > lo && cov <= hi;
-        if constexpr (Keyed) {
-          U h = base ^ (lane + static_cast<std::uint64_t>(v - t0));
-          h += 0x9E3779B97F4A7C15ull;
-          h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-          h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-          h = (h ^ (h >> 31)) >> 11;
-          in = in && simd::mask<W>((typename simd::mask<W>::raw)(h < below));
-        }
-        *hit = *hit || in;
-      }
-    };
     index_t t = t0, j = 0;
     for (; t + covariance_block <= e; t += covariance_block, ++j) {
       __builtin_prefetch(b.logp + t + 1024);
-      if (mask && (t & 63) < covariance_block) __builtin_prefetch(mask + t + 1024);
+      if (b.mask && (t & 63) < covariance_block) __builtin_prefetch(b.mask + t + 1024);
       auto hit = simd::mask<W>(false);
-      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step(u, &hit);
+      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit);
       if (j % 64 == 0) test.hits[j / 64] = 0;
       test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
     }
     index_t u = t;  // the lane sums' last whole 8 tokens, then their tail
-    for (; u + sum_lanes <= e; u += sum_lanes) step(u, nullptr);
+    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, nullptr);
     double acc[sum_lanes], count[sum_lanes];
-    for (int p = 0; p < packs; ++p)
+    for (int p = 0; p < lanes_state<W>::packs; ++p)
       for (int k = 0; k < W; ++k) {
-        acc[p * W + k] = s[p][k];
-        count[p * W + k] = n[p][k];
+        acc[p * W + k] = st.s[p][k];
+        count[p * W + k] = st.n[p][k];
       }
     std::uint64_t valid = static_cast<std::uint64_t>(e - t0);
     covariance_sums out;
-    out.logp = lane_sum_finish(acc, count, b.logp, mask, u, e, &valid);
+    out.logp = lane_sum_finish(acc, count, b.logp, b.mask, u, e, &valid);
     out.n = static_cast<double>(valid);
     *f.out = out;
     test.blocks_from(t, j);  // a last, partial block
