@@ -23,6 +23,7 @@
 #include "reco/algorithm/response_passes.hpp"
 #include "reco/algorithm/top_k_stream.hpp"
 #include "reco/clip/ppo_clip.hpp"
+#include "reco/detail/token_chunks.hpp"
 #include "reco/select/covariance.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -211,14 +212,9 @@ void covariance_values(const Obj& obj, const batch_pointers<T>& b, const double*
       if (b.valid(t)) in[t] = selection_value(obj, b, m, first_response, i, t0, t, b.advantage_at(t, adv[i]), value[t]);
 }
 
-// A token that may be selected, found on the sampled mean: its place and its logp.
-struct covariance_candidate {
-  index_t t, response;
-  double logp;
-};
-
-// A token of the sample the selection's estimates start from (sample_covariance_tokens).
-struct covariance_sample {
+// A token read once and kept for later tests: its place and its logp (the sampled tokens the
+// selection's estimates start from, and the tokens a block test on the sampled mean let through).
+struct covariance_token {
   index_t t, response;
   double logp;
 };
@@ -232,8 +228,8 @@ struct covariance_buffers {
   std::vector<covariance_sums> sums;  // per response
   std::vector<top_k_stream> streams;  // per chunk of responses
   std::vector<std::vector<std::uint64_t>> hits;  // per chunk: a response's blocks that hit
-  std::vector<std::vector<covariance_candidate>> candidates;  // per chunk (the sampled-mean path)
-  std::vector<covariance_sample> sample;  // the sampled tokens (covariance_least)
+  std::vector<std::vector<covariance_token>> candidates;  // per chunk (the sampled-mean path)
+  std::vector<covariance_token> sample;  // the sampled tokens (covariance_least)
   std::vector<index_t> chunk_first;   // the chunks' first responses, and R at the end
   std::vector<ranked_item> merged;
   std::vector<index_t> selected;  // the selected tokens, increasing
@@ -294,6 +290,24 @@ struct covariance_response_fn {
   }
 };
 
+// Valid token u (position u - t0 of response i; advantage a) into stream s if the stream admits
+// its selection value on the exact means m. Clip-Cov: the band, then the key the stream may
+// admit, and only then the clip test with its exponential (clip_candidate's conditions, cheapest
+// first: most tokens in the band have a key the full stream turns away).
+template <class Obj, class T>
+void offer(const Obj& obj, const batch_pointers<T>& b, const covariance_means& m, top_k_stream& s, index_t i,
+           index_t t0, index_t u, double a, double logp) {
+  const auto& p = obj.select.params;
+  const double cov = token_covariance(a, logp, m);
+  if (p.mode == covariance_mode::kl) {
+    if (s.admits(cov)) s.push(cov, u);
+    return;
+  }
+  if (!(cov > p.lb && cov < p.ub)) return;
+  const double v = clip_value(p.seed, i, u - t0);
+  if (s.admits(v) && clip_open(obj, b, u, a, logp)) s.push(v, u);
+}
+
 // The valid tokens of responses [r0, r1) whose selection value the stream admits, pushed in
 // token order. Each response's blocks are tested first, with the bounds at the response's start
 // (KL-Cov: above the k-th best so far, which only rises; Clip-Cov: inside (lb, ub)), and the
@@ -307,22 +321,8 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
   const bool kl = p.mode == covariance_mode::kl;
   const token_layout& L = b.layout;
   auto exact = [&](index_t i, index_t t0, index_t t, index_t stop) {
-    for (index_t u = t; u < stop; ++u) {
-      if (!b.valid(u)) continue;
-      const double a = b.advantage_at(u, adv[i]);
-      const double logp = static_cast<double>(b.logp[u]);
-      const double cov = token_covariance(a, logp, m);
-      if (kl) {
-        if (s.admits(cov)) s.push(cov, u);
-        continue;
-      }
-      // Clip-Cov: the band, then the key the stream may admit, and only then the clip test with
-      // its exponential (clip_candidate's conditions, cheapest first: most tokens in the band
-      // have a key the full stream turns away).
-      if (!(cov > p.lb && cov < p.ub)) continue;
-      const double v = clip_value(p.seed, i, u - t0);
-      if (s.admits(v) && clip_open(obj, b, u, a, logp)) s.push(v, u);
-    }
+    for (index_t u = t; u < stop; ++u)
+      if (b.valid(u)) offer(obj, b, m, s, i, t0, u, b.advantage_at(u, adv[i]), static_cast<double>(b.logp[u]));
   };
   for (index_t i = r0; i < r1; ++i) {
     const index_t t0 = L.begin(i), e = L.end(i);
@@ -358,16 +358,11 @@ void covariance_stream(const Backend& be, const Obj& obj, const batch_pointers<T
 inline constexpr index_t sampled_covariance_from = index_t(1) << 18;
 inline constexpr index_t covariance_samples = index_t(1) << 14;
 
-// Sample j of S evenly spaced over N tokens: the middle of its N / S slots.
-inline index_t sample_position(index_t j, index_t N, index_t S) {
-  return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
-}
-
 // The valid tokens at covariance_samples evenly spaced positions (all of them below that many
-// tokens), kept with their logp (covariance_sample): each a cache miss, so read once for the
+// tokens), kept with their logp: each a cache miss, so read once for the
 // estimates below.
 template <class T>
-void sample_covariance_tokens(const batch_pointers<T>& b, std::vector<covariance_sample>& out) {
+void sample_covariance_tokens(const batch_pointers<T>& b, std::vector<covariance_token>& out) {
   const token_layout& L = b.layout;
   const index_t N = L.tokens, S = std::min(N, covariance_samples);
   out.clear();
@@ -393,10 +388,10 @@ void sample_covariance_tokens(const batch_pointers<T>& b, std::vector<covariance
 struct sampled_mean {
   double mean = 0, spread = HUGE_VAL;
 };
-inline sampled_mean sampled_logp_mean(const std::vector<covariance_sample>& sample) {
+inline sampled_mean sampled_logp_mean(const std::vector<covariance_token>& sample) {
   double mean = 0, m2 = 0;  // Welford's running mean and sum of squared deviations
   index_t n = 0;
-  for (const covariance_sample& x : sample) {
+  for (const covariance_token& x : sample) {
     if (!(x.logp - x.logp == 0)) continue;  // NaN or inf: the token pass reports it
     ++n;
     const double d = x.logp - mean;
@@ -418,7 +413,7 @@ inline sampled_mean sampled_logp_mean(const std::vector<covariance_sample>& samp
 // without it (covariance_select).
 template <class Obj, class T>
 double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double* adv, const covariance_means& m,
-                        index_t k, const std::vector<covariance_sample>& sample) {
+                        index_t k, const std::vector<covariance_token>& sample) {
   const auto& p = obj.select.params;
   const index_t N = b.layout.tokens, S = std::min(N, covariance_samples);
   std::vector<double> values;
@@ -427,7 +422,7 @@ double covariance_least(const Obj& obj, const batch_pointers<T>& b, const double
   constexpr std::size_t ahead = 32;  // Clip-Cov's clip test reads old_logp: a miss each
   for (std::size_t j = 0; j < sample.size(); ++j) {
     if (clip && b.old_logp && j + ahead < sample.size()) __builtin_prefetch(b.old_logp + sample[j + ahead].t);
-    const covariance_sample& x = sample[j];
+    const covariance_token& x = sample[j];
     const double a = b.advantage_at(x.t, adv[x.response]);
     const double cov = token_covariance(a, x.logp, m);
     // (A NaN covariance, from a log-probability the token pass then reports, is left out:
@@ -500,11 +495,11 @@ bool covariance_select_sampled(const Backend& be, const Obj& obj, const batch_po
   const double bound = kl ? std::fabs(least) : std::max(std::fabs(p.lb), std::fabs(p.ub));
   if (buf.candidates.size() < chunks) buf.candidates.resize(chunks);
   covariance_sums* sums = buf.sums.data();
-  std::vector<covariance_candidate>* candidates = buf.candidates.data();
+  std::vector<covariance_token>* candidates = buf.candidates.data();
   std::vector<std::uint64_t>* hits = buf.hits.data();
   const index_t* first = buf.chunk_first.data();
   be.for_each(static_cast<index_t>(chunks), [=, &be](index_t c) {
-    std::vector<covariance_candidate>& out = candidates[c];
+    std::vector<covariance_token>& out = candidates[c];
     std::vector<std::uint64_t>& h = hits[c];
     out.clear();
     for (index_t i = first[c]; i < first[c + 1]; ++i) {
@@ -549,17 +544,8 @@ bool covariance_select_sampled(const Backend& be, const Obj& obj, const batch_po
   for (std::size_t c = 0; c < chunks; ++c) streams[c].reset(k, least);
   be.for_each(static_cast<index_t>(chunks), [=, &obj](index_t c) {
     top_k_stream& s = streams[c];
-    for (const covariance_candidate& x : candidates[c]) {
-      const double a = adv[x.response];
-      const double cov = token_covariance(a, x.logp, m);
-      if (kl) {
-        if (s.admits(cov)) s.push(cov, x.t);
-        continue;
-      }
-      if (!(cov > p.lb && cov < p.ub)) continue;
-      const double v = clip_value(p.seed, x.response, x.t - L.begin(x.response));
-      if (s.admits(v) && clip_open(obj, b, x.t, a, x.logp)) s.push(v, x.t);
-    }
+    for (const covariance_token& x : candidates[c])
+      offer(obj, b, m, s, x.response, L.begin(x.response), x.t, adv[x.response], x.logp);
   });
   index_t pushed = 0;
   for (std::size_t c = 0; c < chunks; ++c) pushed += streams[c].pushed();

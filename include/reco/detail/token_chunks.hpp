@@ -1,5 +1,6 @@
 // Chunks of mask_chunk tokens, as the host passes over a part's tokens read them: whether a
-// chunk's mask is all zero, its flags as the bits of one word, and prefetches ahead of the read.
+// chunk's mask is all zero, its flags as the bits of one word, and prefetches ahead of the read;
+// and the positions of an evenly spaced sample of the tokens.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,11 @@ namespace detail {
 
 // Tokens go in chunks of this many; a chunk whose mask is all zero is skipped by the passes.
 inline constexpr index_t mask_chunk = 64;
+
+// Sample j of S evenly spaced over N tokens: the middle of its N / S slots.
+inline index_t sample_position(index_t j, index_t N, index_t S) {
+  return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(N) / (2.0 * S));
+}
 
 // Whether none of the n <= mask_chunk mask bytes at m is set (8 bytes at a time).
 inline bool chunk_masked(const std::uint8_t* m, index_t n) {

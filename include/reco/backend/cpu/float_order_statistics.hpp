@@ -19,6 +19,7 @@
 
 #include "reco/backend/cpu/simd.hpp"
 #include "reco/config.hpp"
+#include "reco/detail/token_chunks.hpp"
 
 RECO_NAMESPACE_BEGIN
 namespace detail {
@@ -219,15 +220,12 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   const index_t S = std::min(n, selection_samples);
   std::vector<float> sample;
   sample.reserve(static_cast<std::size_t>(S));
-  auto position = [&](index_t j) {
-    return static_cast<index_t>((2 * static_cast<double>(j) + 1) * static_cast<double>(n) / (2.0 * S));
-  };
   constexpr index_t ahead = 32;  // each sample is a cache miss: ask for later ones while waiting
   for (index_t j = 0; j < S; ++j) {
-    const index_t t = position(j);
+    const index_t t = sample_position(j, n, S);
     if (j + ahead < S) {
-      __builtin_prefetch(values + position(j + ahead));
-      if (mask) __builtin_prefetch(mask + position(j + ahead));
+      __builtin_prefetch(values + sample_position(j + ahead, n, S));
+      if (mask) __builtin_prefetch(mask + sample_position(j + ahead, n, S));
     }
     // (A NaN, which a call's token pass then reports, is left out: nth_element needs an order.)
     if ((mask == nullptr || mask[t] != 0) && values[t] == values[t]) sample.push_back(values[t]);
