@@ -118,6 +118,7 @@ struct packed_kernel {
   struct block_sums {
     P policy = P(0.0), kl = P(0.0);                                           // loss parts
     P ppo_kl = P(0.0), ratio_sum = P(0.0), variance[3] = {P(0.0), P(0.0), P(0.0)};
+    P entropy = P(0.0), entropy_kept = P(0.0);  // float lanes: the entropies (valid, policy tokens)
   };
   struct chunk_sums {
     D policy = D(0.0), kl = D(0.0), kl_sum = D(0.0), entropy = D(0.0), entropy_sum = D(0.0);
@@ -204,8 +205,8 @@ struct packed_kernel {
     }
     C clipped;  // this response's clipped tokens (low or high by its advantage's sign)
     block_sums rs;  // double lanes: the response's loss parts
-    // The response's entropies, a sum of inputs: in double lanes pack by pack for either type,
-    // as the entropy means are exact sums of the inputs (docs/conventions.md, "Precision").
+    // The response's entropies: float lanes add them over each block, as every other sum, double
+    // lanes pack by pack (docs/conventions.md, "Precision").
     D entropy = D(0.0);
     // Blocks of up to `block` packs: their terms, then their sums.
     for (index_t t = lo; t < hi;) {
@@ -221,6 +222,10 @@ struct packed_kernel {
       for (int k = 0; k < packs; ++k)
         add(f, terms[k], first + static_cast<index_t>(k) * L, v, diag, float_lanes ? bs : rs, bs, cs, entropy, clipped);
       if constexpr (float_lanes) {
+        if (f.b.entropy) {
+          simd::accumulate(entropy, bs.entropy);
+          if (diag) simd::accumulate(cs.entropy_kept, bs.entropy_kept);
+        }
         simd::accumulate_scaled(cs.policy, bs.policy, scaled ? v.policy_scale : 1.0);
         if constexpr (Obj::kl_type::active) {
           simd::accumulate_scaled(cs.kl, bs.kl, kl_scale);
@@ -346,7 +351,10 @@ struct packed_kernel {
       // x < min ? x : min on the policy lanes (a NaN ratio is left out, as by the scalar loop).
       cs.ratio_min = simd::select(policy, simd::min_of(k.x, cs.ratio_min), cs.ratio_min);
       cs.ratio_max = simd::select(policy, simd::max_of(k.x, cs.ratio_max), cs.ratio_max);
-      if (f.b.entropy) simd::accumulate(cs.entropy_kept, simd::select(policy, k.entropy, P(0.0)));
+      if (f.b.entropy) {
+        if constexpr (float_lanes) bs.entropy_kept += simd::select(policy, k.entropy, P(0.0));
+        else simd::accumulate(cs.entropy_kept, simd::select(policy, k.entropy, P(0.0)));
+      }
       // Thirds: d = t - first falls in third floor(3 d / span), i.e. positions from cut1 on are
       // in the second, from cut2 on in the third; a pack that straddles a cut splits its lanes.
       const index_t end = t + L;
@@ -364,7 +372,10 @@ struct packed_kernel {
       }
     }
     if constexpr (Obj::kl_type::active) loss.kl += k.kl;  // 0 while a selectable term is off
-    if (f.b.entropy && (diag || term_on(f.obj.entropy))) simd::accumulate(entropy, k.entropy);
+    if (f.b.entropy && (diag || term_on(f.obj.entropy))) {
+      if constexpr (float_lanes) bs.entropy += k.entropy;
+      else simd::accumulate(entropy, k.entropy);
+    }
     cs.valid.add(k.valid);
   }
   static RECO_SIMD_INLINE void add_third(block_sums& bs, chunk_sums& cs, int third, const P& variance, const M& lanes) {
