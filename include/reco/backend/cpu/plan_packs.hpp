@@ -63,9 +63,10 @@ struct packed_plan_scan {
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // 4 KiB ahead, as the call's scan (packed_scan.hpp).
-      // (A line per 64 / sizeof(T) positions, the packs' first positions stepping by W.)
+      // (A line per 64 / sizeof(T) positions, the packs' first positions stepping by W; a mask,
+      // not a signed remainder, in this loop of a few instructions per pack.)
       constexpr index_t line = 64 / sizeof(T);
-      if (f.reads.old_mean && (t % line) < W) __builtin_prefetch(f.old_source() + t + 4096 / sizeof(T));
+      if (f.reads.old_mean && (t & (line - 1)) < W) __builtin_prefetch(f.old_source() + t + 4096 / sizeof(T));
       if (b.mask && (t & 63) < W) __builtin_prefetch(b.mask + t + 4096);
     }
     const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
