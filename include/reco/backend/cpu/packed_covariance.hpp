@@ -72,9 +72,24 @@ struct packed_pass<covariance_sums_fn<T>> {
   static void run(const covariance_sums_fn<T>& f, index_t i) { f.out[i] = response_covariance_sums(f.b, i, packed_lane_sum_fn{}); }
 };
 
+// The lanes whose subset key lies below `below`: covariance_subset_key in 64-bit integer lanes,
+// splitmix64(base ^ (lane + offset)) >> 11 with base = seed bits ^ (response << 32), lane k = k
+// and offset the pack's position in its response.
+template <int W>
+RECO_SIMD_INLINE simd::mask<W> keys_below(const typename simd::vectors<W>::u64& base,
+                                          const typename simd::vectors<W>::u64& lane, std::uint64_t offset,
+                                          const typename simd::vectors<W>::u64& below) {
+  typename simd::vectors<W>::u64 h = base ^ (lane + offset);
+  h += 0x9E3779B97F4A7C15ull;
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  h = (h ^ (h >> 31)) >> 11;
+  return simd::mask<W>((typename simd::mask<W>::raw)(h < below));
+}
+
 // covariance_block_hits_fn on packs: a block's covariances in double, W at a time (the same
-// operations as the generic test), and where keyed the subset keys in 64-bit integer lanes (the
-// same hash), its hit one test of the packs' ored masks.
+// operations as the generic test), and where keyed the subset keys (keys_below), its hit one
+// test of the packs' ored masks.
 template <class T>
 struct block_hits_pass {
   template <int W>
@@ -103,15 +118,7 @@ struct block_hits_pass {
         const P x = simd::load<W>(b.logp + u) - mean_logp;
         const P cov = b.token_advantages ? (simd::load<W>(b.token_advantages + u) - mean_adv) * x : c * x;
         auto in = cov > lo && cov <= hi;
-        if constexpr (Keyed) {
-          // covariance_subset_key: splitmix64(seed ^ (response << 32 ^ position)) >> 11.
-          U h = base ^ (lane + static_cast<std::uint64_t>(u - f.t0));
-          h += 0x9E3779B97F4A7C15ull;
-          h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-          h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-          h = (h ^ (h >> 31)) >> 11;
-          in = in && simd::mask<W>((typename simd::mask<W>::raw)(h < below));
-        }
+        if constexpr (Keyed) in = in && keys_below<W>(base, lane, static_cast<std::uint64_t>(u - f.t0), below);
         hit = hit || in;
       }
       if (j % 64 == 0) f.hits[j / 64] = 0;
@@ -161,7 +168,6 @@ struct response_sums_and_hits_pass {
   static RECO_SIMD_INLINE void step(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
                                     simd::mask<W>* hit) {
     using P = simd::pack<W>;
-    using U = typename lanes_state<W>::U;
     const std::uint8_t* const mask = test.b.mask;
     for (int p = 0; p < lanes_state<W>::packs; ++p) {
       const index_t v = u + p * W;
@@ -176,14 +182,7 @@ struct response_sums_and_hits_pass {
       if (hit == nullptr) continue;
       const P cov = st.c * (x - st.mean_logp);
       auto in = cov > st.lo && cov <= st.hi;
-      if constexpr (Keyed) {
-        U h = st.base ^ (st.lane + static_cast<std::uint64_t>(v - test.t0));
-        h += 0x9E3779B97F4A7C15ull;
-        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-        h = (h ^ (h >> 31)) >> 11;
-        in = in && simd::mask<W>((typename simd::mask<W>::raw)(h < st.below));
-      }
+      if constexpr (Keyed) in = in && keys_below<W>(st.base, st.lane, static_cast<std::uint64_t>(v - test.t0), st.below);
       *hit = *hit || in;
     }
   }

@@ -222,10 +222,7 @@ struct packed_kernel {
       for (int k = 0; k < packs; ++k)
         add(f, terms[k], first + static_cast<index_t>(k) * L, v, diag, float_lanes ? bs : rs, bs, cs, entropy, clipped);
       if constexpr (float_lanes) {
-        if (f.b.entropy) {
-          simd::accumulate(entropy, bs.entropy);
-          if (diag) simd::accumulate(cs.entropy_kept, bs.entropy_kept);
-        }
+        if (sums_entropy(f, diag)) simd::accumulate(entropy, bs.entropy);
         simd::accumulate_scaled(cs.policy, bs.policy, scaled ? v.policy_scale : 1.0);
         if constexpr (Obj::kl_type::active) {
           simd::accumulate_scaled(cs.kl, bs.kl, kl_scale);
@@ -236,6 +233,7 @@ struct packed_kernel {
         simd::accumulate(cs.ppo_kl, bs.ppo_kl);
         simd::accumulate(cs.ratio_sum, bs.ratio_sum);
         for (int k = 0; k < 3; ++k) simd::accumulate(cs.variance[k], bs.variance[k]);
+        if (float_lanes && f.b.entropy) simd::accumulate(cs.entropy_kept, bs.entropy_kept);
       }
     }
     if constexpr (float_lanes) {
@@ -261,6 +259,12 @@ struct packed_kernel {
       if (v.advantage < 0) p.clip_low += n;
       if (v.advantage > 0) p.clip_high += n;
     }
+  }
+
+  // Whether the pass sums the entropies: given, and read by the diagnostics or the entropy term.
+  template <class Diag>
+  static RECO_SIMD_INLINE bool sums_entropy(const token_fn<Obj, T>& f, Diag diag) {
+    return f.b.entropy && (diag || term_on(f.obj.entropy));
   }
 
   static RECO_SIMD_INLINE bool per_response_scale(const token_fn<Obj, T>& f) {
@@ -372,7 +376,7 @@ struct packed_kernel {
       }
     }
     if constexpr (Obj::kl_type::active) loss.kl += k.kl;  // 0 while a selectable term is off
-    if (f.b.entropy && (diag || term_on(f.obj.entropy))) {
+    if (sums_entropy(f, diag)) {
       if constexpr (float_lanes) bs.entropy += k.entropy;
       else simd::accumulate(entropy, k.entropy);
     }
