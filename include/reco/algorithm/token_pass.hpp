@@ -150,6 +150,10 @@ struct token_fn {
                            checks.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
       const double scale =
           b.token_weights ? v.policy_scale * static_cast<double>(b.token_weights[t]) : v.policy_scale;
+      if (diagnostics) {
+        c.logp_variance = token_variance(c.logp, true);  // read by ReCo's ratio too
+        c.has_logp_variance = true;
+      }
       const token_terms<double> k = token_body(obj, c, true, keep, ref, scale, v.coef);
 
       p.valid += 1;
@@ -183,7 +187,7 @@ struct token_fn {
       if (diagnostics) {
         p.entropy_sum += c.entropy;
         const int third = (t >= v.cut1 ? 1 : 0) + (t >= v.cut2 ? 1 : 0);
-        p.var_sum[third] += token_variance(c.logp, true);
+        p.var_sum[third] += c.logp_variance;
         p.var_count[third] += 1;
       }
       grad_logp[t] = static_cast<T>(k.grad);

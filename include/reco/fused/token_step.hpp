@@ -126,6 +126,8 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   // multiplying it in the sum, as the packed pass does per response.
   const bool scale_in_sum = float_terms && !b.token_weights;
   const V scale = b.token_weights ? V(v.policy_scale) * weight : V(v.policy_scale);
+  c.logp_variance = detail::token_variance(c.logp, true);  // the diagnostic's; ReCo's ratio reads it
+  c.has_logp_variance = true;
   const detail::token_terms<V> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
   ++acc.valid;
   if (keep) {
@@ -151,7 +153,7 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   acc.entropy_sum += widen(c.entropy);
   // Token variance by thirds of the response's valid span (clamped both ways so that a malformed
   // batch, already flagged in the status, cannot index outside the three bins).
-  const double variance = widen(detail::token_variance(c.logp, true));
+  const double variance = widen(c.logp_variance);
   int third = static_cast<int>((3 * (t - v.first)) / v.span);
   third = third > 2 ? 2 : (third < 0 ? 0 : third);
   if (third == 0) {

@@ -60,8 +60,11 @@ struct variance_ratio {
 
   template <class V>
   RECO_TOKEN_MATH basic_ratio_value<V> eval(const basic_token_context<V>& c) const {
-    V v = detail::bernoulli_variance(c.logp, params.variance_floor) /
-          detail::bernoulli_variance(c.old_logp, params.variance_floor);
+    // The diagnostic's p (1 - p) is floored at most at the lanes' smallest normal, below every
+    // variance_floor's effect: flooring it again gives the same bits as computing it here.
+    const V p_variance = c.has_logp_variance ? detail::maxd(c.logp_variance, V(params.variance_floor))
+                                             : detail::bernoulli_variance(c.logp, params.variance_floor);
+    V v = p_variance / detail::bernoulli_variance(c.old_logp, params.variance_floor);
     detail::mask_t<V> passes = true;
     if (params.log_ratio_clamp > 0) {
       const double hi = derived.upper > 0 ? derived.upper : ::exp(params.log_ratio_clamp);
