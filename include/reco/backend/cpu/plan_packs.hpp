@@ -25,9 +25,10 @@ RECO_NAMESPACE_BEGIN
 namespace detail {
 
 #if RECO_SIMD
-// The step plan's response scan (plan_scan_fn, reco/step_plan/host_passes.hpp) on packs of W
-// tokens, laid out as the call's packed scan (from the first valid token, per-lane sums) so that
-// the mean rounds as the call's does.
+// The step plan's response scan (plan_scan_fn, reco/step_plan/host_passes.hpp) on the packs of the
+// call's packed scan (packed_scan.hpp: 2W floats for float inputs, checked in float, or W
+// doubles; from the first valid token; the old_logp sum per double lane, each pack of floats
+// widened as the call's), so that the mean rounds as the call's does.
 template <class F>
 struct packed_plan_scan {
   using T = typename F::value_type;
@@ -44,35 +45,32 @@ struct packed_plan_scan {
       return;
     }
     if (!trim_to_valid(b.mask, begin, end, s)) return;
-    scan_lanes<W> st;
+    constexpr int L = simd::token_io<T, W>::L;
+    scan_lanes_of<T, W> st;
     index_t t = s.first;
-    for (; t + W <= s.last + 1; t += W) step<W, true>(f, t, W, st);
+    for (; t + L <= s.last + 1; t += L) step<W, true>(f, t, L, st);
     if (t <= s.last) step<W, false>(f, t, static_cast<int>(s.last + 1 - t), st);
     st.finish(s);
   }
 
   template <int W, bool Full>
-  static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
-    return packed_scan<T>::template load<W, Full>(src, n);
-  }
-
-  template <int W, bool Full>
-  static RECO_SIMD_INLINE void step(const F& f, index_t t, int n, scan_lanes<W>& st) {
-    using P = simd::pack<W>;
-    using M = simd::mask<W>;
+  static RECO_SIMD_INLINE void step(const F& f, index_t t, int n, scan_lanes_of<T, W>& st) {
+    using io = simd::token_io<T, W>;
+    using P = typename io::P;
+    using M = typename io::M;
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // 4 KiB ahead, as the call's scan (packed_scan.hpp).
-      // (A line per 64 / sizeof(T) positions, the packs' first positions stepping by W; a mask,
+      // (A line per 64 / sizeof(T) positions, the packs' first positions stepping by L; a mask,
       // not a signed remainder, in this loop of a few instructions per pack.)
       constexpr index_t line = 64 / sizeof(T);
-      if (f.reads.old_mean && (t & (line - 1)) < W) __builtin_prefetch(f.old_source() + t + 4096 / sizeof(T));
-      if (b.mask && (t & 63) < W) __builtin_prefetch(b.mask + t + 4096);
+      if (f.reads.old_mean && (t & (line - 1)) < io::L) __builtin_prefetch(f.old_source() + t + 4096 / sizeof(T));
+      if (b.mask && (t & 63) < io::L) __builtin_prefetch(b.mask + t + 4096);
     }
-    const M valid = simd::valid_lanes<W, Full>(b.mask ? b.mask + t : nullptr, n);
-    const P o = f.reads.old_mean ? load<W, Full>(f.old_source() + t, n) : P(0.0);
-    const P h = f.reads.entropy ? load<W, Full>(b.entropy + t, n) : P(0.0);
-    st.old_sum += simd::select(valid, o, P(0.0));
+    const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
+    const P o = f.reads.old_mean ? io::template load<Full>(f.old_source() + t, n) : P(0.0);
+    const P h = f.reads.entropy ? io::template load<Full>(b.entropy + t, n) : P(0.0);
+    if (f.reads.old_mean) simd::accumulate(st.old_sum, simd::select(valid, o, P(0.0)));
     token_value_checks(st.faults, f.checks(), valid, f.logp_is_old() ? o : P(-1.0), o, P(0.0), h, P(0.0));
     st.n.add(valid);
   }
