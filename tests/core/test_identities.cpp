@@ -370,7 +370,9 @@ TEST(Identities, DiagnosticsDoNotChangeLossesOrGradients) {
     EXPECT_EQ(a.stats.valid_tokens, b.stats.valid_tokens);
     EXPECT_EQ(a.stats.policy_tokens, b.stats.policy_tokens);
     EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(T)), 0);
-    if (eg) EXPECT_EQ(std::memcmp(gh1.data(), gh2.data(), gh1.size() * sizeof(T)), 0);
+    if (eg) {
+      EXPECT_EQ(std::memcmp(gh1.data(), gh2.data(), gh1.size() * sizeof(T)), 0);
+    }
     EXPECT_EQ(b.stats.ppo_kl, 0.0) << "no diagnostics: they read 0";
   };
   check(reco::presets::grpo{}, 0.0f, "grpo float");

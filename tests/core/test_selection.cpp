@@ -157,6 +157,36 @@ TEST(Selection, MaskedFloatOrderStatisticsMatchSortedKeys) {
   }
 }
 
+// The selection among a sampled band's gathered values (select_places: from 2^16 of them a second,
+// narrower band first) against a sorted copy: every place's value exact, for one place and two,
+// near or far apart, at the ends, with ties, and with a place left out.
+TEST(Selection, PlacesAmongGatheredValuesMatchSortedCopy) {
+  std::mt19937_64 rng(29);
+  for (const index_t n : {index_t(65536), index_t(200003), index_t(1000)}) {
+    for (const pattern pat : all_patterns) {
+      const std::vector<double> d = make_keys(pat, n, rng);
+      const std::vector<float> values(d.begin(), d.end());
+      std::vector<float> sorted = values;
+      std::sort(sorted.begin(), sorted.end());
+      std::uniform_int_distribution<index_t> any(0, n - 1);
+      const index_t r = any(rng), mid = n / 2;
+      const std::vector<std::vector<index_t>> place_sets = {{mid, -1}, {mid, mid + 1}, {mid + 1, mid}, {r, n - 1 - r},
+                                                            {0, n - 1},  {-1, r},       {n / 5, n / 5}};
+      for (const auto& places : place_sets) {
+        std::vector<float> all = values;
+        double out[2] = {7.0, 7.0};
+        reco::detail::select_places(all, places.data(), 2, out);
+        for (int j = 0; j < 2; ++j) {
+          const index_t i = places[static_cast<std::size_t>(j)];
+          const double want = i < 0 ? 7.0 : static_cast<double>(sorted[static_cast<std::size_t>(i)]);
+          EXPECT_TRUE(out[j] == want) << "n=" << n << " pattern=" << static_cast<int>(pat) << " place=" << i
+                                      << " got " << out[j] << " want " << want;
+        }
+      }
+    }
+  }
+}
+
 // Naive top-k reference: k = max(1, ceil(rho N)) of the valid tokens, the cut the k-th largest,
 // kept = above the cut, or on it among the first (k - #above) such tokens in position order.
 struct naive_cut {

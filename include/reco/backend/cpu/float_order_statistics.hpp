@@ -202,6 +202,123 @@ inline bool band_pass_avx512() {
 #endif
 }
 
+// The values of [begin, end) (valid where mask is given) inside [lo, hi] appended to out[k...],
+// those below and above counted, a block at a time; stops after the block that takes k past cap.
+inline void gather_band(const float* values, const std::uint8_t* mask, index_t begin, index_t end, float lo, float hi,
+                        index_t cap, float* gathered, index_t& k, index_t& below, index_t& above) {
+  alignas(64) std::uint8_t in_band[radix_block];
+  const bool avx512 = band_pass_avx512();
+  (void)avx512;  // (unused where the unit has no AVX-512 form)
+  for (index_t t0 = begin; t0 < end && k <= cap; t0 += radix_block) {
+    const index_t len = std::min(radix_block, end - t0);
+    const float* v = values + t0;
+    const std::uint8_t* mk = mask ? mask + t0 : nullptr;
+#if RECO_BAND_PASS_AVX512
+    if (avx512) {
+      band_block_avx512(v, mk, len, lo, hi, gathered, k, below, above);
+      continue;
+    }
+#endif
+    std::uint8_t* fl = in_band;
+    simd::run_widest_loops<band_flags>(v, mk, len, lo, hi, fl, below, above);
+    // Most values lie outside the band: test 8 flags at a time.
+    index_t t = 0;
+    for (; t + 8 <= len; t += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, in_band + t, 8);
+      while (w != 0) {
+        const int j = __builtin_ctzll(w) >> 3;
+        gathered[k++] = v[t + j];
+        w &= w - 1;
+      }
+    }
+    for (; t < len; ++t) {
+      gathered[k] = v[t];
+      k += in_band[t];
+    }
+  }
+}
+
+// The sample ranks around the wanted ranks' places, and the band they bound: 5 binomial standard
+// deviations of a sample of s values (and q sqrt(s (1 - f)) for an estimated valid share f) each
+// side, plus 16. `places[j]` is rank j's place as a fraction of the values (< 0: no rank).
+struct sample_band {
+  double first = HUGE_VAL, last = -HUGE_VAL;
+  void widen(double q, double s, double f) {
+    const double sd = std::sqrt(s * q * (1.0 - q)) + q * std::sqrt(s * (1.0 - f));
+    first = std::min(first, q * s - 5.0 * sd - 16.0);
+    last = std::max(last, q * s + 5.0 * sd + 16.0);
+  }
+  // [lo, hi] from the sample (reordered); false if no rank widened it.
+  bool bounds(std::vector<float>& sample, float& lo, float& hi) const {
+    if (first > last) return false;
+    const auto s = static_cast<std::ptrdiff_t>(sample.size());
+    lo = -HUGE_VALF;
+    hi = HUGE_VALF;
+    std::ptrdiff_t placed = 0;
+    if (first >= 0) {
+      placed = static_cast<std::ptrdiff_t>(first);
+      std::nth_element(sample.begin(), sample.begin() + placed, sample.end());
+      lo = sample[static_cast<std::size_t>(placed)];
+    }
+    if (last < static_cast<double>(s - 1)) {
+      // Past the first selection's place every value is no smaller: select there alone.
+      const auto i = static_cast<std::ptrdiff_t>(last) + 1;
+      std::nth_element(sample.begin() + placed, sample.begin() + i, sample.end());
+      hi = sample[static_cast<std::size_t>(i)];
+    }
+    return true;
+  }
+};
+
+// out[j] = the places[j]-th smallest of `all` (places[j] < 0: left as is). From 2^16 values, the
+// same sampled band as the first selection's narrows them first: a sample of 2^13 evenly spaced
+// values, one pass that counts those below the band and gathers those in it, and a selection
+// among the gathered (the whole set where the band misses a place).
+inline void select_places(std::vector<float>& all, const index_t* places, int m, double* out) {
+  const auto n = static_cast<index_t>(all.size());
+  constexpr index_t narrow_from = index_t(1) << 16, samples = index_t(1) << 13;
+  if (n >= narrow_from) {
+    std::vector<float> sample(static_cast<std::size_t>(samples));
+    for (index_t j = 0; j < samples; ++j) sample[static_cast<std::size_t>(j)] = all[static_cast<std::size_t>(sample_position(j, n, samples))];
+    sample_band band;
+    for (int j = 0; j < m; ++j)
+      if (places[j] >= 0) band.widen((static_cast<double>(places[j]) + 0.5) / static_cast<double>(n), samples, 1.0);
+    float lo, hi;
+    if (band.bounds(sample, lo, hi)) {
+      const index_t cap = n / 4;
+      std::vector<float> inner(static_cast<std::size_t>(cap + radix_block + 16));
+      index_t k = 0, below = 0, above = 0;
+      gather_band(all.data(), nullptr, 0, n, lo, hi, cap, inner.data(), k, below, above);
+      bool holds = k <= cap;
+      for (int j = 0; j < m && holds; ++j) holds = places[j] < 0 || (places[j] >= below && places[j] < below + k);
+      if (holds) {
+        inner.resize(static_cast<std::size_t>(k));
+        const index_t shifted[2] = {m > 0 && places[0] >= 0 ? places[0] - below : -1,
+                                    m > 1 && places[1] >= 0 ? places[1] - below : -1};
+        select_places(inner, shifted, m, out);
+        return;
+      }
+    }
+  }
+  // std::nth_element leaves those before a place no greater and those after no smaller, so a
+  // second place selects in the side it lies on.
+  index_t placed = -1;
+  for (int j = 0; j < m; ++j) {
+    const index_t i = places[j];
+    if (i < 0) continue;
+    if (placed < 0) {
+      std::nth_element(all.begin(), all.begin() + i, all.end());
+    } else if (i > placed) {
+      std::nth_element(all.begin() + placed + 1, all.begin() + i, all.end());
+    } else if (i < placed) {
+      std::nth_element(all.begin(), all.begin() + i, all.begin() + placed);
+    }
+    if (placed < 0) placed = i;
+    out[j] = static_cast<double>(all[static_cast<std::size_t>(i)]);
+  }
+}
+
 // Below this many values the radix selection runs straight away: a sample would not narrow much.
 inline constexpr index_t sampled_selection_from = index_t(1) << 20;
 inline constexpr index_t selection_samples = index_t(1) << 16;
@@ -234,26 +351,12 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   if (s < S / 8) return false;  // mostly masked: a small sample of the valid values
   const double f = static_cast<double>(s) / static_cast<double>(S);  // the valid share
   const double valid_estimate = f * static_cast<double>(n);
-  double first = HUGE_VAL, last = -HUGE_VAL;
-  for (int j = 0; j < m; ++j) {
-    if (ranks[j] < 0 || ranks[j] >= n) continue;
-    const double q = std::min(1.0, (static_cast<double>(ranks[j]) + 0.5) / valid_estimate);
-    const double sd = std::sqrt(static_cast<double>(s) * q * (1.0 - q)) + q * std::sqrt(static_cast<double>(s) * (1.0 - f));
-    first = std::min(first, q * static_cast<double>(s) - 5.0 * sd - 16.0);
-    last = std::max(last, q * static_cast<double>(s) + 5.0 * sd + 16.0);
-  }
-  if (first > last) return false;  // no rank inside [0, n): the radix path writes the zeros
-  float lo = -HUGE_VALF, hi = HUGE_VALF;
-  if (first >= 0) {
-    const auto i = static_cast<std::ptrdiff_t>(first);
-    std::nth_element(sample.begin(), sample.begin() + i, sample.end());
-    lo = sample[static_cast<std::size_t>(i)];
-  }
-  if (last < static_cast<double>(s - 1)) {
-    const auto i = static_cast<std::ptrdiff_t>(last) + 1;
-    std::nth_element(sample.begin(), sample.begin() + i, sample.end());
-    hi = sample[static_cast<std::size_t>(i)];
-  }
+  sample_band sb;
+  for (int j = 0; j < m; ++j)
+    if (ranks[j] >= 0 && ranks[j] < n)
+      sb.widen(std::min(1.0, (static_cast<double>(ranks[j]) + 0.5) / valid_estimate), static_cast<double>(s), f);
+  float lo, hi;
+  if (!sb.bounds(sample, lo, hi)) return false;  // no rank inside [0, n): the radix path writes the zeros
 
   // The pass: each part counts and gathers its values into a buffer of its own (at most `cap`).
   const index_t cap = n / 8;
@@ -265,40 +368,9 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
   for_each(static_cast<index_t>(parts), [&, lo, hi](index_t p) {
     std::unique_ptr<float[]>& mine = band[static_cast<std::size_t>(p)];
     mine.reset(new float[static_cast<std::size_t>(std::min(cap, per_part * radix_block) + radix_block + 16)]);
-    float* const gathered = mine.get();
     index_t below = 0, above = 0, k = 0;
-    alignas(64) std::uint8_t in_band[radix_block];
-    const index_t end = std::min(n, (p + 1) * per_part * radix_block);
-    const bool avx512 = band_pass_avx512();
-    (void)avx512;  // (unused where the unit has no AVX-512 form)
-    for (index_t t0 = p * per_part * radix_block; t0 < end && k <= cap; t0 += radix_block) {
-      const index_t len = std::min(radix_block, end - t0);
-      const float* v = values + t0;
-      const std::uint8_t* mk = mask ? mask + t0 : nullptr;
-#if RECO_BAND_PASS_AVX512
-      if (avx512) {
-        band_block_avx512(v, mk, len, lo, hi, gathered, k, below, above);
-        continue;
-      }
-#endif
-      std::uint8_t* fl = in_band;
-      simd::run_widest_loops<band_flags>(v, mk, len, lo, hi, fl, below, above);
-      // Most values lie outside the band: test 8 flags at a time.
-      index_t t = 0;
-      for (; t + 8 <= len; t += 8) {
-        std::uint64_t w;
-        std::memcpy(&w, in_band + t, 8);
-        while (w != 0) {
-          const int j = __builtin_ctzll(w) >> 3;
-          gathered[k++] = v[t + j];
-          w &= w - 1;
-        }
-      }
-      for (; t < len; ++t) {
-        gathered[k] = v[t];
-        k += in_band[t];
-      }
-    }
+    const index_t begin = std::min(n, p * per_part * radix_block), end = std::min(n, (p + 1) * per_part * radix_block);
+    gather_band(values, mask, begin, end, lo, hi, cap, mine.get(), k, below, above);
     part_below[static_cast<std::size_t>(p)] = below;
     part_above[static_cast<std::size_t>(p)] = above;
     part_band[static_cast<std::size_t>(p)] = k;
@@ -321,24 +393,11 @@ bool sampled_float_order_statistics(const float* values, const std::uint8_t* mas
     const float* b = band[static_cast<std::size_t>(p)].get();
     all.insert(all.end(), b, b + part_band[static_cast<std::size_t>(p)]);
   }
-  // Each rank's value: a selection among the gathered values (std::nth_element leaves those
-  // before the rank's place no greater and those after no smaller, so a second rank selects in
-  // the side it lies on).
-  index_t placed = -1;
-  for (int j = 0; j < m; ++j) {
-    const index_t r = ranks[j];
-    if (rank_without_value(r, n, valid, out[j])) continue;
-    const index_t i = r - below;
-    if (placed < 0) {
-      std::nth_element(all.begin(), all.begin() + i, all.end());
-    } else if (i > placed) {
-      std::nth_element(all.begin() + placed + 1, all.begin() + i, all.end());
-    } else if (i < placed) {
-      std::nth_element(all.begin(), all.begin() + i, all.begin() + placed);
-    }
-    if (placed < 0) placed = i;
-    out[j] = static_cast<double>(all[static_cast<std::size_t>(i)]);
-  }
+  // Each rank's value: its place among the gathered values.
+  index_t places[2] = {-1, -1};
+  for (int j = 0; j < m; ++j)
+    if (!rank_without_value(ranks[j], n, valid, out[j])) places[j] = ranks[j] - below;
+  select_places(all, places, m, out);
   if (counts) {
     counts[0] = counts[1] = 0;
     if (m > 0 && ranks[0] >= 0 && ranks[0] < valid) {
