@@ -335,19 +335,34 @@ template <class ForEach>
 bool sampled_float_order_statistics(const float* values, const std::uint8_t* mask, index_t n, const index_t* ranks,
                                     int m, double* out, double* counts, int parts, ForEach& for_each) {
   const index_t S = std::min(n, selection_samples);
-  std::vector<float> sample;
-  sample.reserve(static_cast<std::size_t>(S));
-  constexpr index_t ahead = 32;  // each sample is a cache miss: ask for later ones while waiting
-  for (index_t j = 0; j < S; ++j) {
-    const index_t t = sample_position(j, n, S);
-    if (j + ahead < S) {
-      __builtin_prefetch(values + sample_position(j + ahead, n, S));
-      if (mask) __builtin_prefetch(mask + sample_position(j + ahead, n, S));
+  // The sample in the parts, each a stretch of positions in order, then joined in order: the
+  // values of a single pass, read by every thread (each sample is a cache miss).
+  std::vector<float> sample(static_cast<std::size_t>(S));
+  std::vector<index_t> taken(static_cast<std::size_t>(parts), 0);
+  for_each(static_cast<index_t>(parts), [&](index_t p) {
+    const index_t j0 = S * p / parts, j1 = S * (p + 1) / parts;
+    float* out = sample.data() + j0;
+    index_t k = 0;
+    constexpr index_t ahead = 32;  // ask for later samples while waiting on this one
+    for (index_t j = j0; j < j1; ++j) {
+      const index_t t = sample_position(j, n, S);
+      if (j + ahead < j1) {
+        __builtin_prefetch(values + sample_position(j + ahead, n, S));
+        if (mask) __builtin_prefetch(mask + sample_position(j + ahead, n, S));
+      }
+      // (A NaN, which a call's token pass then reports, is left out: nth_element needs an order.)
+      out[k] = values[t];
+      k += (mask == nullptr || mask[t] != 0) && values[t] == values[t];
     }
-    // (A NaN, which a call's token pass then reports, is left out: nth_element needs an order.)
-    if ((mask == nullptr || mask[t] != 0) && values[t] == values[t]) sample.push_back(values[t]);
+    taken[static_cast<std::size_t>(p)] = k;
+  });
+  index_t s = 0;
+  for (int p = 0; p < parts; ++p) {
+    const index_t j0 = S * p / parts, k = taken[static_cast<std::size_t>(p)];
+    std::memmove(sample.data() + s, sample.data() + j0, static_cast<std::size_t>(k) * sizeof(float));
+    s += k;
   }
-  const auto s = static_cast<index_t>(sample.size());
+  sample.resize(static_cast<std::size_t>(s));
   if (s < S / 8) return false;  // mostly masked: a small sample of the valid values
   const double f = static_cast<double>(s) / static_cast<double>(S);  // the valid share
   const double valid_estimate = f * static_cast<double>(n);
