@@ -241,7 +241,7 @@ inline void gather_band(const float* values, const std::uint8_t* mask, index_t b
 
 // The sample ranks around the wanted ranks' places, and the band they bound: 5 binomial standard
 // deviations of a sample of s values (and q sqrt(s (1 - f)) for an estimated valid share f) each
-// side, plus 16. `places[j]` is rank j's place as a fraction of the values (< 0: no rank).
+// side, plus 16. widen() takes a rank at the fraction q of the values.
 struct sample_band {
   double first = HUGE_VAL, last = -HUGE_VAL;
   void widen(double q, double s, double f) {
@@ -280,7 +280,8 @@ inline void select_places(std::vector<float>& all, const index_t* places, int m,
   constexpr index_t narrow_from = index_t(1) << 16, samples = index_t(1) << 13;
   if (n >= narrow_from) {
     std::vector<float> sample(static_cast<std::size_t>(samples));
-    for (index_t j = 0; j < samples; ++j) sample[static_cast<std::size_t>(j)] = all[static_cast<std::size_t>(sample_position(j, n, samples))];
+    for (index_t j = 0; j < samples; ++j)
+      sample[static_cast<std::size_t>(j)] = all[static_cast<std::size_t>(sample_position(j, n, samples))];
     sample_band band;
     for (int j = 0; j < m; ++j)
       if (places[j] >= 0) band.widen((static_cast<double>(places[j]) + 0.5) / static_cast<double>(n), samples, 1.0);

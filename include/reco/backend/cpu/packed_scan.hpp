@@ -14,19 +14,6 @@
 RECO_NAMESPACE_BEGIN
 namespace detail {
 
-// What a packed scan accumulates per lane: the checks, the sum of old_logp and the valid count.
-template <int W>
-struct scan_lanes {
-  token_faults<simd::pack<W>> faults;
-  simd::pack<W> old_sum = 0.0;
-  simd::counter<W> n;
-  RECO_SIMD_INLINE void finish(token_scan& s) const {
-    s.n = static_cast<index_t>(n.total());
-    s.old_sum = simd::sum_lanes(old_sum);
-    s.status |= fault_status(faults);
-  }
-};
-
 // What the response scan accumulates per lane for inputs of type T at W doubles per register
 // (float inputs: packs of 2W floats, checked in float; the old_logp sum widened to double).
 template <class T, int W>
@@ -66,13 +53,6 @@ struct packed_scan {
     for (; t + L <= s.last + 1; t += L) step<W, true>(f, which, t, L, st);
     if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
     st.finish(s);
-  }
-
-  // W doubles from src (plan_scan.hpp's packs of doubles).
-  template <int W, bool Full>
-  static RECO_SIMD_INLINE simd::pack<W> load(const T* src, int n) {
-    if constexpr (Full) return simd::load<W>(src);
-    else return simd::load_first<W>(src, n);
   }
 
   template <int W, bool Full>
