@@ -84,9 +84,9 @@ struct basic_token_context {
   double advantage = 0;
   double sequence_log_ratio = 0;  // per-response value of a sequence-scope ratio
   double entropy_quantile = 0;    // per-response entropy percentile (entropy-split clip)
-  // p (1 - p) of logp, p = exp(logp), as bernoulli_variance at floor 0 gives it, where the loop
-  // has computed it already (for its token-variance diagnostic): a ratio form that needs it
-  // reads it instead of computing it again.
+  // p (1 - p) of logp, p = exp(logp), as bernoulli_variance at floor 0 gives it (0 on lanes
+  // outside the valid tokens), where the loop has computed it already (for its token-variance
+  // diagnostic, set_logp_variance): a ratio form that needs it reads it instead of computing it.
   V logp_variance = V(0.0);
   bool has_logp_variance = false;
 };

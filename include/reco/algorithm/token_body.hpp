@@ -131,6 +131,13 @@ template <class V>
 RECO_TOKEN_MATH V token_variance(const V& logp, const mask_t<V>& valid) {
   return select(valid, bernoulli_variance(logp, 0.0), V(0.0));
 }
+// The token variance into the context before the body runs, so that a ratio form needing p (1 - p)
+// of logp (ReCo's) reads it instead of computing it again (lanes outside `valid` hold 0).
+template <class V>
+RECO_TOKEN_MATH void set_logp_variance(basic_token_context<V>& c, const mask_t<V>& valid) {
+  c.logp_variance = token_variance(c.logp, valid);
+  c.has_logp_variance = true;
+}
 
 // ---- value checks of the per-token inputs --------------------------------------------------
 

@@ -150,10 +150,7 @@ struct token_fn {
                            checks.token_weights ? static_cast<double>(b.token_weights[t]) : 0.0);
       const double scale =
           b.token_weights ? v.policy_scale * static_cast<double>(b.token_weights[t]) : v.policy_scale;
-      if (diagnostics) {
-        c.logp_variance = token_variance(c.logp, true);  // read by ReCo's ratio too
-        c.has_logp_variance = true;
-      }
+      if (diagnostics) set_logp_variance(c, true);  // the diagnostic's, read by ReCo's ratio too
       const token_terms<double> k = token_body(obj, c, true, keep, ref, scale, v.coef);
 
       p.valid += 1;

@@ -126,8 +126,7 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   // multiplying it in the sum, as the packed pass does per response.
   const bool scale_in_sum = float_terms && !b.token_weights;
   const V scale = b.token_weights ? V(v.policy_scale) * weight : V(v.policy_scale);
-  c.logp_variance = detail::token_variance(c.logp, true);  // the diagnostic's; ReCo's ratio reads it
-  c.has_logp_variance = true;
+  detail::set_logp_variance(c, true);  // the diagnostic's, read by ReCo's ratio too
   const detail::token_terms<V> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
   ++acc.valid;
   if (keep) {

@@ -319,11 +319,7 @@ struct packed_kernel {
       ref = simd::select(valid, io::template load<Full>(b.ref_logp + t, n), P(-1.0));
     // The deferred value checks, on the valid lanes (where the stand-ins are the inputs).
     if (check) checks.add(f.checks, valid, c, ref, weight);
-    // The token-variance diagnostic's p (1 - p) first: ReCo's ratio reads it from the context.
-    if (diag) {
-      c.logp_variance = bernoulli_variance(c.logp, 0.0);
-      c.has_logp_variance = true;
-    }
+    if (diag) set_logp_variance(c, valid);  // the diagnostic's, read by ReCo's ratio too
 
     const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
     if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
@@ -339,7 +335,7 @@ struct packed_kernel {
       r.x = k.x;
       r.clipped = k.clipped;
       r.dual = k.dual;
-      r.variance = simd::select(valid, c.logp_variance, P(0.0));
+      r.variance = c.logp_variance;  // 0 on the invalid lanes
     }
   }
 
