@@ -374,6 +374,7 @@ TEST(Identities, DiagnosticsDoNotChangeLossesOrGradients) {
       EXPECT_EQ(std::memcmp(gh1.data(), gh2.data(), gh1.size() * sizeof(T)), 0);
     }
     EXPECT_EQ(b.stats.ppo_kl, 0.0) << "no diagnostics: they read 0";
+    EXPECT_EQ(b.stats.entropy_mean, 0.0) << "no diagnostics: they read 0";
   };
   check(reco::presets::grpo{}, 0.0f, "grpo float");
   check(reco::presets::reco{}, 0.0f, "reco float");
@@ -381,6 +382,11 @@ TEST(Identities, DiagnosticsDoNotChangeLossesOrGradients) {
   check(reco::objective<reco::grpo_advantage, reco::token_ratio, reco::ppo_clip, reco::uniform_weight,
                         reco::token_mean, reco::entropy_bonus, reco::kl_penalty>{},
         0.0f, "entropy bonus float");
+  // Without diagnostics a call reads the entropies only for what needs them: the bonus above,
+  // an entropy-split clip here.
+  check(reco::objective<reco::grpo_advantage, reco::token_ratio, reco::entropy_split_clip, reco::uniform_weight,
+                        reco::token_mean>{},
+        0.0f, "entropy-split clip float");
   check(reco::presets::grpo{}, 0.0, "grpo double");
   check(reco::presets::reco{}, 0.0, "reco double");
 }

@@ -102,6 +102,13 @@ struct token_fn {
   // `deferred`), into token_partial::status.
   token_checks checks{false, false, false, false, false};
 
+  // Whether the pass reads the entropies: given, and read by the diagnostics (with `diag`), the
+  // entropy term, an entropy-split clip or the value checks. A call given them only for its
+  // diagnostics, with the diagnostics off, does not read them.
+  RECO_HOST_DEVICE bool reads_entropy(bool diag) const {
+    return b.entropy != nullptr && (diag || term_on(obj.entropy) || clip_needs_entropy(obj.clip) || checks.entropy);
+  }
+
   RECO_HOST_DEVICE response_values response(index_t i) const {
     response_values v;
     v.advantage = r.adv[i];
@@ -128,6 +135,7 @@ struct token_fn {
     const double adv = v.advantage;
     const bool kl_on = term_on(obj.kl);
     const bool check = checks.any();
+    const T* entropy = reads_entropy(diagnostics) ? b.entropy : nullptr;
     token_faults<double> faults;
 
     for (index_t t = t0; t < t1; ++t) {
@@ -139,7 +147,7 @@ struct token_fn {
       token_context c;
       c.logp = static_cast<double>(b.logp[t]);
       c.old_logp = b.old_logp ? static_cast<double>(b.old_logp[t]) : c.logp;
-      c.entropy = b.entropy ? static_cast<double>(b.entropy[t]) : 0.0;
+      c.entropy = entropy ? static_cast<double>(entropy[t]) : 0.0;
       c.advantage = b.advantage_at(t, adv);
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;

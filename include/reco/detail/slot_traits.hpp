@@ -56,12 +56,12 @@ RECO_HOST_DEVICE double sequence_value_of(const R& r, double sum, index_t n) {
 
 // Whether the clip policy reads per-response entropy quantiles (entropy_split_clip).
 template <class C>
-constexpr bool needs_entropy_quantile(const C& c) {
+RECO_HOST_DEVICE constexpr bool needs_entropy_quantile(const C& c) {
   if constexpr (is_selectable_v<C>) return c.needs_entropy_quantile_now();
   else return (void)c, C::needs_entropy_quantile;
 }
 template <class C>
-constexpr bool clip_needs_entropy(const C& c) {
+RECO_HOST_DEVICE constexpr bool clip_needs_entropy(const C& c) {
   if constexpr (is_selectable_v<C>) return c.needs_entropy_now();
   else return (void)c, C::needs_entropy;
 }

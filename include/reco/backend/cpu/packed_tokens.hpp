@@ -145,8 +145,10 @@ struct packed_kernel {
   static RECO_SIMD_INLINE void run_chunk(const token_fn<Obj, T>& shared, token_partial& p, index_t i, index_t t0,
                                          index_t t1, Diag diag) {
     // A local copy: the gradient stores cannot alias it, so the parameters and pointers stay in
-    // registers instead of being reloaded after every store.
-    const token_fn<Obj, T> f = shared;
+    // registers instead of being reloaded after every store. Entropies the call does not read
+    // (given for diagnostics it has switched off) are not loaded.
+    token_fn<Obj, T> f = shared;
+    if (!f.reads_entropy(diag)) f.b.entropy = nullptr;
     const token_layout& layout = f.b.layout;
     chunk_sums cs;
     value_checks checks;
