@@ -251,9 +251,10 @@ TEST(Covariance, ASampledMeanOutsideItsSpreadIsNotUsed) {
 // The one loop over a response that gives the sampled-mean selection its sums and block test
 // (covariance_response_fn, on packs on the CPU backend) against the two passes it joins: the sums
 // bit for bit as the per-response lane sums (which a step plan's summaries add), the blocks hit
-// as the block test's, for float and double inputs, packed and padded, keyed or not.
+// as the block test's, for float and double inputs, packed and padded, keyed or not; with a band
+// of every token too, whose keyed loop gathers more positions than its buffer holds at once.
 template <class T>
-void expect_one_loop_as_two_passes(const master_batch& m, bool keyed) {
+void expect_one_loop_as_two_passes(const master_batch& m, bool keyed, bool every_token = false) {
   using namespace reco::detail;
   const typed_batch<T> tb(m);
   const batch_pointers<T> b = pointers_of(tb.view());
@@ -266,7 +267,8 @@ void expect_one_loop_as_two_passes(const master_batch& m, bool keyed) {
     const index_t words = ((e - t0 + covariance_block - 1) / covariance_block + 63) / 64;
     std::vector<std::uint64_t> one(static_cast<std::size_t>(words) + 1), two(one.size());
     const double a = 0.05 * static_cast<double>(i % 41) - 1.0;
-    covariance_block_hits_fn<T> test{b, a, -0.2, 0.4, means, t0, e, one.data()};
+    const double lo = every_token ? -HUGE_VAL : -0.2, hi = every_token ? HUGE_VAL : 0.4;
+    covariance_block_hits_fn<T> test{b, a, lo, hi, means, t0, e, one.data()};
     if (keyed) {
       test.keyed = true;
       test.seed_bits = subset_seed(3.0);
@@ -299,6 +301,12 @@ TEST(Covariance, OneReadOfAResponseAsTheTwoPasses) {
       expect_one_loop_as_two_passes<double>(m, keyed);
     }
   }
+  batch_spec spec;
+  spec.groups = 2;
+  spec.max_length = 5000;
+  const master_batch m = make_batch(4998, spec);
+  expect_one_loop_as_two_passes<float>(m, true, true);
+  expect_one_loop_as_two_passes<double>(m, true, true);
 }
 
 // Masked tokens get exactly 0 gradient, selected or not.

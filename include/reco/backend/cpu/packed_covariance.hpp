@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "reco/algorithm/covariance_tokens.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
@@ -135,9 +136,18 @@ struct packed_pass<covariance_block_hits_fn<T>> {
 
 // covariance_response_fn on packs, for advantages per response: one loop over the response computes
 // its lane sums (the steps of lane_sum_pass, so the same bits) and, from the same loaded values,
-// each block's covariances (the steps of block_hits_pass).
+// each block's covariances (the steps of block_hits_pass). Keyed (Clip-Cov), the loop gathers the
+// positions of the tokens in the band instead (a few per cent of the tokens), and only those are
+// hashed, W at a time, whenever the buffer fills and at the end: each whose key lies below
+// key_below marks its block. The same hits as hashing every token, for a twentieth of the hashes.
 template <class T>
 struct response_sums_and_hits_pass {
+  // The band's positions in the response (t - t0) not yet hashed: at[0, n).
+  struct band_positions {
+    static constexpr int capacity = 512;
+    std::uint64_t* at;  // capacity + 8 (room for a whole pack past the last)
+    int n = 0;
+  };
   template <int W>
   static RECO_SIMD_INLINE void run(const covariance_response_fn<T>& f) {
     if (f.test.keyed) loop<W, true>(f);
@@ -163,10 +173,11 @@ struct response_sums_and_hits_pass {
       for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
     }
   };
-  // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test.
+  // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test (keyed:
+  // the positions in the band into `band`).
   template <int W, bool Keyed>
   static RECO_SIMD_INLINE void step(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
-                                    simd::mask<W>* hit) {
+                                    simd::mask<W>* hit, band_positions& band) {
     using P = simd::pack<W>;
     const std::uint8_t* const mask = test.b.mask;
     for (int p = 0; p < lanes_state<W>::packs; ++p) {
@@ -181,10 +192,34 @@ struct response_sums_and_hits_pass {
       }
       if (hit == nullptr) continue;
       const P cov = st.c * (x - st.mean_logp);
-      auto in = cov > st.lo && cov <= st.hi;
-      if constexpr (Keyed) in = in && keys_below<W>(st.base, st.lane, static_cast<std::uint64_t>(v - test.t0), st.below);
-      *hit = *hit || in;
+      const auto in = cov > st.lo && cov <= st.hi;
+      if constexpr (Keyed) {
+        band.n += simd::compress_lanes<W>(st.lane + static_cast<std::uint64_t>(v - test.t0), in, band.at + band.n);
+      } else {
+        *hit = *hit || in;
+      }
     }
+  }
+  // The keys of the gathered positions: each below key_below marks its block in test.hits (whose
+  // words the loop has already cleared: the positions lie in blocks it has passed).
+  template <int W>
+  static RECO_SIMD_INLINE void hash_band(const lanes_state<W>& st, const covariance_block_hits_fn<T>& test,
+                                         band_positions& band) {
+    typedef typename simd::vectors<W>::u64 U;
+    for (int k = 0; k < band.n; k += W) {
+      U at;
+      std::memcpy(&at, band.at + k, sizeof at);
+      const U held = U{} + static_cast<std::uint64_t>(band.n - k);
+      const auto hit = keys_below<W>(st.base, at, 0, st.below) &&
+                       simd::mask<W>((typename simd::mask<W>::raw)(st.lane < held));
+      if (!simd::any(hit)) continue;
+      for (int l = 0; l < W; ++l)
+        if (hit.v[l]) {
+          const std::uint64_t j = at[l] / static_cast<std::uint64_t>(covariance_block);
+          test.hits[j / 64] |= std::uint64_t(1) << (j % 64);
+        }
+    }
+    band.n = 0;
   }
   template <int W, bool Keyed>
   static RECO_SIMD_INLINE void loop(const covariance_response_fn<T>& f) {
@@ -193,17 +228,21 @@ struct response_sums_and_hits_pass {
     const batch_pointers<T>& b = test.b;
     lanes_state<W> st(test);
     const index_t t0 = test.t0, e = test.e;
+    std::uint64_t positions[band_positions::capacity + 8];
+    band_positions band{positions};
     index_t t = t0, j = 0;
     for (; t + covariance_block <= e; t += covariance_block, ++j) {
       __builtin_prefetch(b.logp + t + 1024);
       if (b.mask && (t & 63) < covariance_block) __builtin_prefetch(b.mask + t + 1024);
+      if (Keyed && band.n > band_positions::capacity - covariance_block) hash_band<W>(st, test, band);
       auto hit = simd::mask<W>(false);
-      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit);
+      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit, band);
       if (j % 64 == 0) test.hits[j / 64] = 0;
-      test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
+      if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
     }
+    if constexpr (Keyed) hash_band<W>(st, test, band);
     index_t u = t;  // the lane sums' last whole 8 tokens, then their tail
-    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, nullptr);
+    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, nullptr, band);
     double acc[sum_lanes], count[sum_lanes];
     for (int p = 0; p < lanes_state<W>::packs; ++p)
       for (int k = 0; k < W; ++k) {

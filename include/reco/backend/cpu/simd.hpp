@@ -487,12 +487,55 @@ RECO_SIMD_INLINE void store_first(T* dst, const pack<W>& x, int n) {
   for (int k = 0; k < n; ++k) dst[k] = buf[k];
 }
 
-// Per-lane "any": whether some lane is on.
+// Per-lane "any": whether some lane is on. In the wide variants one test of the whole register
+// (vptestmq, vptest) instead of a move of each lane to a general-purpose register.
 template <int W>
 RECO_SIMD_INLINE bool any(const mask<W>& m) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (W == 8 && fits_register<64>) {
+    std::uint16_t k;
+    std::uint32_t r;
+    __asm__("vptestmq %1, %1, %0" : "=k"(k) : "v"(m.v));
+    __asm__("kmovw %1, %0" : "=r"(r) : "k"(k));
+    return r != 0;
+  }
+  if constexpr (W == 4 && fits_register<32>) {
+    bool on;
+    __asm__("vptest %1, %1" : "=@ccnz"(on) : "x"(m.v));
+    return on;
+  }
+#endif
   std::int64_t bits = 0;
   for (int k = 0; k < W; ++k) bits |= m.v[k];
   return bits != 0;
+}
+
+// The lanes of x that m holds, in lane order, to out[0, 1, ...]; returns how many. Writes W
+// values at out whichever lanes are on (out needs room for W). One compress and one store in the
+// AVX-512 variant; a branch-free store per lane elsewhere.
+template <int W>
+RECO_SIMD_INLINE int compress_lanes(const typename vectors<W>::u64& x, const mask<W>& m, std::uint64_t* out) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (W == 8 && fits_register<64>) {
+    std::uint16_t k;
+    std::uint32_t bits;
+    typename vectors<W>::u64 c;
+    __asm__("vptestmq %1, %1, %0" : "=k"(k) : "v"(m.v));
+    __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(k));
+    __asm__("kmovw %1, %0" : "=r"(bits) : "k"(k));
+    // A store of 64-bit lanes (not memcpy's bytes, which may alias anything): the caller's count
+    // stays in a register.
+    typedef std::uint64_t unaligned_u64 __attribute__((vector_size(8 * W), aligned(8)));
+    *reinterpret_cast<unaligned_u64*>(out) = c;
+    return __builtin_popcount(bits);
+  }
+#endif
+  int n = 0;
+  for (int k = 0; k < W; ++k) {
+    out[n] = x[k];
+    n += static_cast<int>(m.v[k] & 1);
+  }
+  return n;
 }
 
 // ---- reductions across lanes (fixed order: lane 0 first) ----------------------------------------
