@@ -619,19 +619,10 @@ inline void flagged_tokens(const std::uint8_t* flags, index_t n, std::vector<ind
     if (flags[t]) out.push_back(t);
 }
 
-// Clip-Cov's kept flags: every valid token but the selected ones, and the kept counts per
-// response.
-template <class T>
-void clip_cov_kept(const batch_pointers<T>& b, const std::vector<index_t>& selected, const index_t* length,
-                   std::uint8_t* kept, index_t* kept_count) {
-  const token_layout& L = b.layout;
-  const index_t N = L.tokens;
-  if (const std::uint8_t* const mask = b.mask) {  // a local: the byte stores may alias b
-    for (index_t t = 0; t < N; ++t) kept[t] = mask[t] != 0;
-  } else {
-    std::fill(kept, kept + N, std::uint8_t(1));
-  }
-  for (const index_t t : selected) kept[t] = 0;
+// Clip-Cov's kept counts per response: its valid tokens but the selected ones (the token pass
+// takes the selected tokens themselves as its removed list, token_fn::removed).
+inline void clip_cov_kept_counts(const token_layout& L, const std::vector<index_t>& selected, const index_t* length,
+                                 index_t* kept_count) {
   std::size_t j = 0;
   for (index_t i = 0; i < L.responses; ++i) {
     index_t n = 0;

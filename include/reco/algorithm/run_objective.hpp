@@ -179,6 +179,7 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   }
 
   const std::uint8_t* kept = nullptr;
+  const std::vector<index_t>* removed = nullptr;  // Clip-Cov's selected tokens, left out of the policy term
   constexpr bool covariance = is_covariance_selection_v<typename Objective::selector_type>;
   const std::vector<index_t>* selected = nullptr;  // Clip-Cov / KL-Cov's selected tokens
   if constexpr (covariance) {
@@ -187,9 +188,10 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
                   "host-accessible backends (reco::cpu)");
     selected = &covariance_selected(obj, be, b, r, sc, planned);
     if (obj.select.params.mode == covariance_mode::clip) {
-      // The selected tokens leave the policy term; the denominator keeps every valid token.
-      clip_cov_kept(b, *selected, r.length, sc.kept, r.kept);
-      kept = sc.kept;
+      // The selected tokens leave the policy term; the denominator keeps every valid token. A
+      // few tokens: the token pass takes their list, not a flag per token.
+      clip_cov_kept_counts(b.layout, *selected, r.length, r.kept);
+      removed = selected;
     } else {
       r.kept = r.length;
     }
@@ -217,10 +219,13 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   scale_coefficients(planned, r, R);
 
   T* grad_entropy = grads.entropy.empty() ? nullptr : grads.entropy.data();
-  be.reduce_tokens(b.layout,
-                   token_fn<Objective, T>{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator,
-                                          wants_diagnostics(be), checks_split(all_token_checks(b, pl.checks), deferred, true)},
-                   merge_fn<token_partial>{}, sc.tokens);
+  token_fn<Objective, T> pass{obj, b, r, kept, s, grads.logp.data(), grad_entropy, kept_denominator,
+                              wants_diagnostics(be), checks_split(all_token_checks(b, pl.checks), deferred, true)};
+  if (removed != nullptr) {
+    pass.removed = removed->data();
+    pass.removed_count = static_cast<index_t>(removed->size());
+  }
+  be.reduce_tokens(b.layout, pass, merge_fn<token_partial>{}, sc.tokens);
   if constexpr (Backend::host_accessible) {
     if (sc.tokens->status) throw_data_error(b, sc.tokens->status);
   }

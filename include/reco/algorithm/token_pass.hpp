@@ -101,6 +101,28 @@ struct token_fn {
   // The value checks this pass makes (those the response scan left to it: scan_response_fn's
   // `deferred`), into token_partial::status.
   token_checks checks{false, false, false, false, false};
+  // Valid tokens that leave the policy term, by position, ascending: a selection that removes a
+  // few tokens (Clip-Cov) names them here instead of writing a kept flag for every token.
+  const index_t* removed = nullptr;
+  index_t removed_count = 0;
+
+  // Whether a selection decides the policy tokens (else every valid token is one).
+  RECO_HOST_DEVICE bool selects() const { return kept != nullptr || removed_count > 0; }
+  // The first removed position at or after t.
+  RECO_HOST_DEVICE const index_t* removed_from(index_t t) const {
+    const index_t* lo = removed;
+    index_t n = removed_count;
+    while (n > 0) {  // lower bound
+      const index_t half = n / 2;
+      if (lo[half] < t) {
+        lo += half + 1;
+        n -= half + 1;
+      } else {
+        n = half;
+      }
+    }
+    return lo;
+  }
 
   // Whether the pass reads the entropies: given, and read by the diagnostics (with `diag`), the
   // entropy term, an entropy-split clip or the value checks. A call given them only for its
@@ -136,6 +158,8 @@ struct token_fn {
     const bool kl_on = term_on(obj.kl);
     const bool check = checks.any();
     const T* entropy = reads_entropy(diagnostics) ? b.entropy : nullptr;
+    const index_t* next_removed = removed_from(t0);
+    const index_t* const removed_end = removed + removed_count;
     token_faults<double> faults;
 
     for (index_t t = t0; t < t1; ++t) {
@@ -151,7 +175,12 @@ struct token_fn {
       c.advantage = b.advantage_at(t, adv);
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
-      const bool keep = kept == nullptr || kept[t];
+      bool keep = kept == nullptr || kept[t];
+      while (next_removed != removed_end && *next_removed < t) ++next_removed;
+      if (next_removed != removed_end && *next_removed == t) {
+        keep = false;
+        ++next_removed;
+      }
       const double ref = kl_on || checks.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0;
       if (check)
         token_value_checks(faults, checks, true, c.logp, c.old_logp, ref, c.entropy,

@@ -152,14 +152,15 @@ struct packed_kernel {
     const token_layout& layout = f.b.layout;
     chunk_sums cs;
     value_checks checks;
+    removed_cursor removed{f.removed_from(t0), f.removed + f.removed_count};
     for (index_t t = t0; t < t1;) {
       while (t >= layout.end(i)) ++i;
       const index_t stop = layout.end(i) < t1 ? layout.end(i) : t1;
-      run_response(f, p, cs, checks, diag, i, t, stop);
+      run_response(f, p, cs, checks, removed, diag, i, t, stop);
       t = stop;
     }
     p.valid += cs.valid.total();
-    p.policy_tokens += f.kept ? cs.policy_tokens.total() : cs.valid.total();
+    p.policy_tokens += f.selects() ? cs.policy_tokens.total() : cs.valid.total();
     if (f.checks.any() && checks.failed()) p.status |= f.check_range(t0, t1);
     if constexpr (float_lanes) {
       p.policy += simd::sum_lanes(cs.policy);
@@ -183,10 +184,27 @@ struct packed_kernel {
     }
   }
 
+  // The removed tokens (token_fn::removed) not yet passed: [next, end).
+  struct removed_cursor {
+    const index_t* next;
+    const index_t* end;
+    // The policy lanes of the n tokens from t without the removed ones among them: a branch that
+    // is rarely taken (a few removed tokens in a chunk), then a flag per lane.
+    RECO_SIMD_INLINE M remove(const M& policy, index_t t, int n) {
+      if (next == end || *next >= t + n) return policy;
+      std::uint8_t keep[L];
+      for (int k = 0; k < L; ++k) keep[k] = 1;
+      for (; next != end && *next < t + n; ++next)
+        if (*next >= t) keep[*next - t] = 0;
+      return policy && io::template flags<true>(keep, L);
+    }
+  };
+
   // The tokens [t0, t1) of response i.
   template <class Diag>
   static RECO_SIMD_INLINE void run_response(const token_fn<Obj, T>& f, token_partial& p, chunk_sums& cs,
-                                            value_checks& checks, Diag diag, index_t i, index_t t0, index_t t1) {
+                                            value_checks& checks, removed_cursor& removed, Diag diag, index_t i,
+                                            index_t t0, index_t t1) {
     const response_values v = f.response(i);
     // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
     auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
@@ -215,9 +233,10 @@ struct packed_kernel {
       pack_terms terms[block];
       const index_t first = t;
       int packs = 0;
-      for (; packs < block && t + L <= hi; ++packs, t += L) body<true>(f, v, t, L, check, diag, checks, terms[packs]);
+      for (; packs < block && t + L <= hi; ++packs, t += L)
+        body<true>(f, v, t, L, check, diag, checks, removed, terms[packs]);
       if (packs < block && t < hi) {
-        body<false>(f, v, t, static_cast<int>(hi - t), check, diag, checks, terms[packs++]);
+        body<false>(f, v, t, static_cast<int>(hi - t), check, diag, checks, removed, terms[packs++]);
         t = hi;
       }
       block_sums bs;
@@ -284,7 +303,7 @@ struct packed_kernel {
   // gradients written, the deferred value checks added to `checks`, the terms into `r`.
   template <bool Full, class Diag>
   static RECO_SIMD_INLINE void body(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n, bool check,
-                                    Diag diag, value_checks& checks, pack_terms& r) {
+                                    Diag diag, value_checks& checks, removed_cursor& removed, pack_terms& r) {
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
@@ -309,7 +328,8 @@ struct packed_kernel {
     c.advantage = v.advantage;
     c.sequence_log_ratio = v.sequence_log_ratio;
     c.entropy_quantile = v.entropy_quantile;
-    const M policy = f.kept ? valid && io::template flags<Full>(f.kept + t, n) : valid;
+    M policy = f.kept ? valid && io::template flags<Full>(f.kept + t, n) : valid;
+    policy = removed.remove(policy, t, n);
     P scale = v.policy_scale;
     P weight = P(0.0);
     if (b.token_weights) {
@@ -349,7 +369,7 @@ struct packed_kernel {
                                    Diag diag, block_sums& loss, block_sums& bs, chunk_sums& cs, D& entropy, C& clipped) {
     const M& policy = k.policy_mask;
     loss.policy += k.policy;
-    if (f.kept) cs.policy_tokens.add(policy);
+    if (f.selects()) cs.policy_tokens.add(policy);
     if (diag) {
       clipped.add(k.clipped);
       cs.dual.add(k.dual);
