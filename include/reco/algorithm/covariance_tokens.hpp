@@ -259,6 +259,9 @@ struct covariance_block_hits_fn {
   bool keyed = false;
   std::uint64_t seed_bits = 0, key_below = 0;  // subset_seed(seed); the keys let through are < key_below
   index_t response = 0;
+  // Keyed, where given: a packed test may append the valid tokens that pass to it, in token order,
+  // instead of marking their blocks (it knows them already); the blocks it marks come after them.
+  std::vector<covariance_token>* passed = nullptr;
   // The blocks of [t, e), the first of them block j.
   void blocks_from(index_t t, index_t j) const {
     for (; t < e; t += covariance_block, ++j) {
@@ -519,6 +522,7 @@ bool covariance_select_sampled(const Backend& be, const Obj& obj, const batch_po
         test.seed_bits = seed_bits;
         test.key_below = key_below;
         test.response = i;
+        test.passed = &out;
       }
       be.for_each(1, covariance_response_fn<T>{test, sums + i, i});
       for (index_t w = 0; w * 64 < blocks; ++w)

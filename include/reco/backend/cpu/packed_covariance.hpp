@@ -139,7 +139,8 @@ struct packed_pass<covariance_block_hits_fn<T>> {
 // each block's covariances (the steps of block_hits_pass). Keyed (Clip-Cov), the loop gathers the
 // positions of the tokens in the band instead (a few per cent of the tokens), and only those are
 // hashed, W at a time, whenever the buffer fills and at the end: each whose key lies below
-// key_below marks its block. The same hits as hashing every token, for a twentieth of the hashes.
+// key_below marks its block (or is passed on as it is: covariance_block_hits_fn::passed). The same
+// hits as hashing every token, for a twentieth of the hashes.
 template <class T>
 struct response_sums_and_hits_pass {
   // The band's positions in the response (t - t0) not yet hashed: at[0, n).
@@ -201,7 +202,8 @@ struct response_sums_and_hits_pass {
     }
   }
   // The keys of the gathered positions: each below key_below marks its block in test.hits (whose
-  // words the loop has already cleared: the positions lie in blocks it has passed).
+  // words the loop has already cleared: the positions lie in blocks it has passed), or where
+  // test.passed is given goes there itself if valid (with its logp), in token order.
   template <int W>
   static RECO_SIMD_INLINE void hash_band(const lanes_state<W>& st, const covariance_block_hits_fn<T>& test,
                                          band_positions& band) {
@@ -213,11 +215,16 @@ struct response_sums_and_hits_pass {
       const auto hit = keys_below<W>(st.base, at, 0, st.below) &&
                        simd::mask<W>((typename simd::mask<W>::raw)(st.lane < held));
       if (!simd::any(hit)) continue;
-      for (int l = 0; l < W; ++l)
-        if (hit.v[l]) {
+      for (int l = 0; l < W; ++l) {
+        if (!hit.v[l]) continue;
+        if (test.passed) {
+          const index_t u = test.t0 + static_cast<index_t>(at[l]);
+          if (test.b.valid(u)) test.passed->push_back({u, test.response, static_cast<double>(test.b.logp[u])});
+        } else {
           const std::uint64_t j = at[l] / static_cast<std::uint64_t>(covariance_block);
           test.hits[j / 64] |= std::uint64_t(1) << (j % 64);
         }
+      }
     }
     band.n = 0;
   }
