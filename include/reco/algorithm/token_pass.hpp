@@ -108,7 +108,8 @@ struct token_fn {
 
   // Whether a selection decides the policy tokens (else every valid token is one).
   RECO_HOST_DEVICE bool selects() const { return kept != nullptr || removed_count > 0; }
-  // The first removed position at or after t.
+  // The first removed position at or after t (a lower bound written out: std::lower_bound is not
+  // callable from the device code this struct also compiles into, where the list is empty).
   RECO_HOST_DEVICE const index_t* removed_from(index_t t) const {
     const index_t* lo = removed;
     index_t n = removed_count;
