@@ -1,9 +1,12 @@
 // Identities the objectives must satisfy, checked on the library alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -336,6 +339,64 @@ TEST(Identities, BitwiseDeterministic) {
   same(reco::presets::rule_80_20_reco{});
   same(reco::presets::gspo{});
   same(reco::presets::aspo{});
+}
+
+// Where the token pass computes ReCo's response weights itself (a capped weight, normalised by
+// nothing, of a call of its own: old_logp is then read once), it sums each response's old_logp as
+// the response scan does, so it gives the bits of the group pass's weights: an uncapped weight
+// (cap 0, computed by the group pass) against a cap no weight reaches (computed by the token
+// pass), over responses of up to 3,000 tokens that cross the pass's chunks of 8,192, masked rows
+// among them, on float and double inputs, one and two threads, old_logp or the rollout log-probs
+// averaged.
+TEST(Identities, WeightsOfTheTokenPassAreTheGroupPassWeights) {
+  batch_spec spec;
+  spec.groups = 12;
+  spec.max_group = 8;
+  spec.max_length = 3000;
+  spec.masked_row = 0.2;
+  const reco_test::master_batch m = make_batch(79, spec);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.5);
+  std::vector<double> rollout(m.logp.size());
+  for (std::size_t t = 0; t < rollout.size(); ++t) rollout[t] = std::min(-1e-4, m.old_logp[t] + noise(rng) - 1.0);
+  auto check = [&](auto zero, bool from_rollout, int threads) {
+    using T = decltype(zero);
+    SCOPED_TRACE(std::string(std::is_same_v<T, float> ? "float" : "double") + (from_rollout ? ", rollout" : ", old") +
+                 ", threads " + std::to_string(threads));
+    typed_batch<T> tb(m);
+    const std::vector<T> rollout_t(rollout.begin(), rollout.end());
+    reco::batch_view<T> v = tb.view();
+    if (from_rollout) v.rollout_logp = rollout_t;
+#if defined(_OPENMP)
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#endif
+    auto call = [&](double cap, std::vector<T>& g) {
+      reco::presets::reco obj;
+      obj.weight.params.cap = cap;
+      if (from_rollout) obj.weight.params.sampling = reco::weight_sampling::rollout;
+      return run(obj, v, g);
+    };
+    std::vector<T> g_pass, g_group;
+    const auto in_pass = call(1e300, g_pass);
+    const auto in_group = call(0.0, g_group);
+#if defined(_OPENMP)
+    omp_set_num_threads(before);
+#endif
+    EXPECT_GT(in_group.stats.weight_max, 1.0) << "weights above 1 (the test would not see a missing weight)";
+    EXPECT_EQ(std::memcmp(&in_pass.loss, &in_group.loss, sizeof(double)), 0) << in_pass.loss << " vs " << in_group.loss;
+    EXPECT_EQ(std::memcmp(&in_pass.stats, &in_group.stats, sizeof(in_pass.stats)), 0)
+        << "weight mean " << in_pass.stats.weight_mean << " vs " << in_group.stats.weight_mean << ", min "
+        << in_pass.stats.weight_min << " vs " << in_group.stats.weight_min << ", max " << in_pass.stats.weight_max
+        << " vs " << in_group.stats.weight_max;
+    EXPECT_EQ(std::memcmp(g_pass.data(), g_group.data(), g_pass.size() * sizeof(T)), 0);
+  };
+  ASSERT_GT(m.logp.size(), 3u * 8192u);
+  for (int threads : {1, 2})
+    for (bool from_rollout : {false, true}) {
+      check(0.0f, from_rollout, threads);
+      check(0.0, from_rollout, threads);
+    }
 }
 
 // A call without token diagnostics gives the losses and gradients of a call with them, bit for

@@ -62,11 +62,12 @@ namespace detail {
 // the token pass and is made safe for values that fail the checks: it then selects something,
 // the token pass raises the error, and the call returns nothing. A planned call checks a
 // selection's inputs first: the plan's kept counts would otherwise fail first, naming the plan.
-inline token_checks token_pass_checks(const objective_stages& st, bool planned) {
+// Where the token pass computes the response weights itself (`weighs`), it checks old_logp too.
+inline token_checks token_pass_checks(const objective_stages& st, bool planned, bool weighs) {
   const bool early_logp = st.sequence || (st.covariance && planned);
   token_checks c;
   c.logp = !early_logp;
-  c.old_logp = !early_logp && !st.old_mean;
+  c.old_logp = !early_logp && (!st.old_mean || weighs);
   c.entropy = !st.entropy_quantile && !(st.selection && planned);
   c.ref_logp = true;
   c.token_weights = true;

@@ -31,6 +31,7 @@ struct response_scratch {
   std::uint8_t* capped = nullptr;  // 1 when the weight hit its cap
   double* coef_policy = nullptr;   // aggregation coefficient of the policy term (null: per token)
   double* coef_valid = nullptr;    // ... of the KL / entropy terms
+  index_t* group_size = nullptr;   // G of the response's group, where the token pass computes w_i
 
   // The arrays every objective uses, from a workspace carver (reco/workspace.hpp); the
   // optional ones are carved by the path that needs them.

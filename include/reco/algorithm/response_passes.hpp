@@ -277,6 +277,25 @@ struct token_advantage_moments_fn {
   }
 };
 
+// What a response weighter sees of response j.
+template <class T>
+RECO_HOST_DEVICE response_context weight_context(const batch_pointers<T>& b, index_t length, double mean_old_logp,
+                                                 index_t group_size, index_t j) {
+  response_context ctx;
+  ctx.group_size = group_size;
+  ctx.length = length;
+  ctx.mean_old_logp = mean_old_logp;
+  ctx.given_weight = b.response_weights ? static_cast<double>(b.response_weights[j]) : 1.0;
+  return ctx;
+}
+// The weight before any normalisation, capped at the weighter's cap (`capped` set where it bit).
+template <class W>
+RECO_HOST_DEVICE double capped_weight(const W& weight, const response_context& ctx, std::uint8_t& capped) {
+  const double w = weight.raw(ctx), cap = weight.cap();
+  capped = cap > 0 && w > cap;
+  return capped ? cap : w;
+}
+
 // Pass 2, per group: group offsets, the estimator's group stage, raw capped weights and the
 // group-mean weight normalisation.
 template <class Obj, class T>
@@ -312,23 +331,27 @@ struct group_fn {
           if (static_cast<double>(b.rewards[j]) != static_cast<double>(b.rewards[lo])) zero_std = 0;
     }
 
+    // The token pass weighs the responses (weight_in_token_pass): it needs their group's size;
+    // the weights read 0 until it has written them.
+    if (r.group_size != nullptr) {
+      for (index_t j = lo; j < hi; ++j) {
+        r.group_size[j] = size;
+        r.weight[j] = 0;
+        r.log_weight[j] = 0;
+        r.capped[j] = 0;
+      }
+      group_status[g] = st;
+      group_zero_std[g] = zero_std;
+      return;
+    }
     const double cap = obj.weight.cap();
     const weight_normalisation norm = obj.weight.normalisation();
     double sum = 0, count = 0, log_max = -HUGE_VAL;
     for (index_t j = lo; j < hi; ++j) {
-      response_context ctx;
-      ctx.group_size = size;
-      ctx.length = r.length[j];
-      ctx.mean_old_logp = r.old_mean[j];
-      ctx.given_weight = b.response_weights ? static_cast<double>(b.response_weights[j]) : 1.0;
-      double w = obj.weight.raw(ctx);
-      double lw = norm == weight_normalisation::none ? 0.0 : log_raw_weight(obj.weight, ctx);
+      const response_context ctx = weight_context(b, r.length[j], r.old_mean[j], size, j);
       std::uint8_t capped = 0;
-      if (cap > 0 && w > cap) {
-        w = cap;
-        lw = ::log(cap);
-        capped = 1;
-      }
+      double w = capped_weight(obj.weight, ctx, capped);
+      double lw = norm == weight_normalisation::none ? 0.0 : (capped ? ::log(cap) : log_raw_weight(obj.weight, ctx));
       r.weight[j] = w;
       r.log_weight[j] = lw;
       r.capped[j] = capped;

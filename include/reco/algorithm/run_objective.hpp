@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "reco/algorithm/call_stages.hpp"
@@ -119,6 +121,29 @@ void entropy_kept(const Objective& obj, const Backend& be, const batch_pointers<
   }
 }
 
+// Whether the token pass computes the response weights (token_fn::weighs) instead of the group
+// pass: a weight of each response's own mean old_logp (normalised by nothing, capped, so finite),
+// a call of its own (a planned call takes the step's weights), and a backend whose token pass runs
+// on packs for this batch. old_logp is then read once, by the token pass, instead of once for the
+// scan's sums and again for the tokens.
+template <class B, class F, class = void>
+struct has_packs_tokens : std::false_type {};
+template <class B, class F>
+struct has_packs_tokens<B, F, std::void_t<decltype(std::declval<const B&>().template packs_tokens<F>())>>
+    : std::true_type {};
+
+template <class Objective, class Backend, class T>
+bool weight_in_token_pass(const Objective& obj, const Backend& be, const objective_stages& st,
+                          const batch_pointers<T>& b, const step_slice* plan) {
+  if constexpr (has_packs_tokens<Backend, token_fn<Objective, T>>::value) {
+    return st.old_mean && plan == nullptr && b.token_advantages == nullptr &&
+           obj.weight.normalisation() == weight_normalisation::none && obj.weight.cap() > 0 &&
+           be.template packs_tokens<token_fn<Objective, T>>();
+  } else {
+    return (void)obj, (void)be, (void)st, (void)b, (void)plan, false;
+  }
+}
+
 }  // namespace detail
 
 template <class Backend, class Objective>
@@ -146,12 +171,14 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   // What this call reads, checks and runs, and its scratch: derived once (call_stages.hpp).
   const call_stages pl = call_stages_of(obj, b.advantages != nullptr, b.token_advantages != nullptr);
   const objective_stages& st = pl.stages;
+  const bool weighs = weight_in_token_pass(obj, be, st, b, plan);
   objective_scratch sc;
   // The aggregation coefficients per response (the fused CUDA path folds them into its kernels).
   auto carve = [&](carver& c) {
     sc.carve(c, st, pl.token_advantages, R, P, N);
     sc.r.coef_policy = c.take<double>(R);
     sc.r.coef_valid = c.take<double>(R);
+    if (weighs) sc.r.group_size = c.take<index_t>(R);
   };
   carver measure(nullptr);
   carve(measure);
@@ -164,9 +191,9 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   be.for_each(1, init_scalars_fn{s});
   // A host backend checks the values of the inputs no stage reads before the token pass in that
   // pass, so that they are read once (their error is then raised after it, from its status).
-  const token_checks deferred =
-      Backend::host_accessible ? token_pass_checks(st, plan != nullptr) : token_checks{false, false, false, false, false};
-  be.for_each(R, scan_response_fn<T>{b, pl.checks, r, deferred, st.old_mean});
+  const token_checks deferred = Backend::host_accessible ? token_pass_checks(st, plan != nullptr, weighs)
+                                                         : token_checks{false, false, false, false, false};
+  be.for_each(R, scan_response_fn<T>{b, pl.checks, r, deferred, st.old_mean && !weighs});
   // Advantages given per token, or not given because the batch has no token.
   if (!reads_rewards && !b.advantages) be.for_each(R, token_advantage_moments_fn<T>{b, r});
   // A step plan is a host object: only host-accessible backends read it here (reco::cuda_fused
@@ -225,10 +252,13 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
     pass.removed = removed->data();
     pass.removed_count = static_cast<index_t>(removed->size());
   }
+  pass.weighs = weighs;
   be.reduce_tokens(b.layout, pass, merge_fn<token_partial>{}, sc.tokens);
   if constexpr (Backend::host_accessible) {
     if (sc.tokens->status) throw_data_error(b, sc.tokens->status);
   }
+  // The weights' statistics, now that the token pass has written the weights.
+  if (weighs) be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
   if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)
       covariance_penalty(obj, b, r, *selected, grads.logp.data(), *sc.tokens);

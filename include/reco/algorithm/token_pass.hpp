@@ -105,6 +105,10 @@ struct token_fn {
   // few tokens (Clip-Cov) names them here instead of writing a kept flag for every token.
   const index_t* removed = nullptr;
   index_t removed_count = 0;
+  // The pass computes each response's weight from the mean it sums itself (a host backend's packed
+  // pass, weight_in_token_pass: old_logp is then read from memory once); it writes r.weight and
+  // r.capped of the responses whose first valid token it holds.
+  bool weighs = false;
 
   // Whether a selection decides the policy tokens (else every valid token is one).
   RECO_HOST_DEVICE bool selects() const { return kept != nullptr || removed_count > 0; }
@@ -132,7 +136,24 @@ struct token_fn {
     return b.entropy != nullptr && (diag || term_on(obj.entropy) || clip_needs_entropy(obj.clip) || checks.entropy);
   }
 
-  RECO_HOST_DEVICE response_values response(index_t i) const {
+  // Response i's weight w_i from the sum of its old log-probabilities (token_fn::weighs), capped
+  // as the group pass caps it; the part of the pass that holds its first valid token (`owner`)
+  // writes it to r.weight and r.capped.
+  RECO_HOST_DEVICE double weight_from_sum(index_t i, double old_sum, bool owner) const {
+    const index_t n = r.length[i];
+    const double mean = n > 0 ? old_sum / static_cast<double>(n) : 0.0;  // as scan_response_fn::finish
+    std::uint8_t capped = 0;
+    const double w = capped_weight(obj.weight, weight_context(b, n, mean, r.group_size[i], i), capped);
+    if (owner) {
+      r.weight[i] = w;
+      r.capped[i] = capped;
+    }
+    return w;
+  }
+
+  RECO_HOST_DEVICE response_values response(index_t i) const { return response(i, r.weight[i]); }
+  // With the response's weight w_i given (token_fn::weighs).
+  RECO_HOST_DEVICE response_values response(index_t i, double weight) const {
     response_values v;
     v.advantage = r.adv[i];
     v.sequence_log_ratio = r.seq_log ? r.seq_log[i] : 0.0;
@@ -141,7 +162,7 @@ struct token_fn {
     const double coef_policy = r.coef_policy
                                    ? r.coef_policy[i]
                                    : obj.aggregate.coefficient(s->policy, kept_denominator ? r.kept[i] : n);
-    v.policy_scale = coef_policy * r.weight[i];
+    v.policy_scale = coef_policy * weight;
     v.coef = r.coef_valid ? r.coef_valid[i] : obj.aggregate.coefficient(s->valid, n);
     const index_t first = r.first[i], span_len = r.last[i] - first + 1;
     v.cut1 = first + (span_len + 2) / 3;

@@ -16,6 +16,8 @@
 //   segmented_sort(keys, layout)                 keys sorted ascending within each response
 //   exclusive_scan(n, f, out)                    out[i] = f(0) + ... + f(i - 1), out[n] = the total
 //   copy_to_host(dst, src, n), synchronize()     results back on the host
+// Optional: packs_tokens<F>() -> bool, whether reduce_tokens runs the token pass F on packs; where
+// it does, that pass also computes a capped, unnormalised response weight (token_fn::weighs).
 //
 // Functors passed to a backend are namespace-scope types whose operator() is RECO_HOST_DEVICE.
 #pragma once

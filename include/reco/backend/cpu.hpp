@@ -250,6 +250,14 @@ struct cpu {
     });
   }
 
+  // Whether reduce_tokens runs the pass F on packs (for advantages per response): the packed token
+  // pass then takes on an earlier pass's work (token_fn::weighs).
+  template <class F>
+  bool packs_tokens() const {
+    if constexpr (detail::packed_pass<F>::available) return vectorise;
+    else return false;
+  }
+
   // *out = merge of f(0) .. f(n-1); Acc{} must be the identity of merge.
   template <class Acc, class F, class Merge>
   void reduce(index_t n, F f, Merge merge, Acc* out) const {

@@ -46,23 +46,31 @@ struct packed_scan {
                      : s.last + 1 - s.first;
       return;
     }
-    const token_checks which = f.per_token_checks();
-    constexpr int L = simd::token_io<T, W>::L;
     lanes_state<W> st;
-    index_t t = s.first;
-    for (; t + L <= s.last + 1; t += L) step<W, true>(f, which, t, L, st);
-    if (t <= s.last) step<W, false>(f, which, t, static_cast<int>(s.last + 1 - t), st);
+    scan_span<W, true>(f, f.per_token_checks(), s.first, s.last, st);
     st.finish(s);
   }
 
-  template <int W, bool Full>
+  // The packs of the valid span [first, last] into `st`. The token pass that computes the
+  // response weights (token_fn::weighs) sums old_logp with it, to the same bits, without the
+  // prefetch (`Prefetch`): that pass's own loads run ahead of these.
+  template <int W, bool Prefetch>
+  static RECO_SIMD_INLINE void scan_span(const scan_response_fn<T>& f, const token_checks& which, index_t first,
+                                         index_t last, lanes_state<W>& st) {
+    constexpr int L = simd::token_io<T, W>::L;
+    index_t t = first;
+    for (; t + L <= last + 1; t += L) step<W, true, Prefetch>(f, which, t, L, st);
+    if (t <= last) step<W, false, Prefetch>(f, which, t, static_cast<int>(last + 1 - t), st);
+  }
+
+  template <int W, bool Full, bool Prefetch>
   static RECO_SIMD_INLINE void step(const scan_response_fn<T>& f, const token_checks& which, index_t t, int n,
                                     lanes_state<W>& st) {
     using io = simd::token_io<T, W>;
     using P = typename io::P;
     using M = typename io::M;
     const batch_pointers<T>& b = f.b;
-    if constexpr (Full) {
+    if constexpr (Full && Prefetch) {
       // 4 KiB ahead, as the token pass: the responses are short streams that the hardware
       // prefetcher picks up late.
       constexpr index_t ahead = 1024;

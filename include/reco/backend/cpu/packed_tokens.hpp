@@ -13,6 +13,7 @@
 #include "reco/algorithm/token_body.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
+#include "reco/backend/cpu/packed_scan.hpp"
 #include "reco/backend/cpu/simd.hpp"
 #include "reco/config.hpp"
 
@@ -205,7 +206,7 @@ struct packed_kernel {
   static RECO_SIMD_INLINE void run_response(const token_fn<Obj, T>& f, token_partial& p, chunk_sums& cs,
                                             value_checks& checks, removed_cursor& removed, Diag diag, index_t i,
                                             index_t t0, index_t t1) {
-    const response_values v = f.response(i);
+    response_values v = f.response(i, f.weighs ? 1.0 : f.r.weight[i]);
     // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
     auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
     const index_t lo = v.first < 0 ? t1 : clamp(v.first, t0, t1);
@@ -213,6 +214,7 @@ struct packed_kernel {
     zero_gradients(f, t0, lo);
     zero_gradients(f, hi, t1);
     if (hi <= lo) return;
+    if (f.weighs) v.policy_scale *= summed_weight(f, v, i, v.first >= t0);
     const bool check = f.checks.any();
     // The response's scale of each loss part's sum.
     const bool scaled = per_response_scale(f);
@@ -280,6 +282,21 @@ struct packed_kernel {
       if (v.advantage < 0) p.clip_low += n;
       if (v.advantage > 0) p.clip_high += n;
     }
+  }
+
+  // Response i's weight (token_fn::weighs) from its old log-probabilities summed as the response
+  // scan sums them: the same packs from its first valid token, so the same bits as a call that
+  // weighs before this pass (a planned one). The response's values are then in cache for its
+  // tokens' loads.
+  static RECO_SIMD_INLINE double summed_weight(const token_fn<Obj, T>& f, const response_values& v, index_t i,
+                                               bool owner) {
+    const token_checks none{false, false, false, false, false};
+    const scan_response_fn<T> sum{f.b, input_checks{}, response_scratch{}, none, true};
+    typename packed_scan<T>::template lanes_state<W> st;
+    packed_scan<T>::template scan_span<W, false>(sum, none, v.first, v.last, st);
+    token_scan s;
+    st.finish(s);
+    return f.weight_from_sum(i, s.old_sum, owner);
   }
 
   // Whether the pass sums the entropies: given, and read by the diagnostics or the entropy term.
