@@ -176,12 +176,24 @@ struct response_partial {
     r.adv = moments::merge(a.adv, b.adv);
     r.kept_tokens = a.kept_tokens + b.kept_tokens;
     r.kept_nonempty = a.kept_nonempty + b.kept_nonempty;
-    r.weight_count = a.weight_count + b.weight_count;
-    r.weight_sum = a.weight_sum + b.weight_sum;
-    r.weight_min = a.weight_min < b.weight_min ? a.weight_min : b.weight_min;
-    r.weight_max = a.weight_max > b.weight_max ? a.weight_max : b.weight_max;
-    r.cap_hits = a.cap_hits + b.cap_hits;
+    r.take_weights(a);
+    r.merge_weights(b);
     return r;
+  }
+  // The weight fields of w in place of this partial's, and merged into them.
+  RECO_HOST_DEVICE void take_weights(const response_partial& w) {
+    weight_count = w.weight_count;
+    weight_sum = w.weight_sum;
+    weight_min = w.weight_min;
+    weight_max = w.weight_max;
+    cap_hits = w.cap_hits;
+  }
+  RECO_HOST_DEVICE void merge_weights(const response_partial& w) {
+    weight_count += w.weight_count;
+    weight_sum += w.weight_sum;
+    weight_min = weight_min < w.weight_min ? weight_min : w.weight_min;
+    weight_max = weight_max > w.weight_max ? weight_max : w.weight_max;
+    cap_hits += w.cap_hits;
   }
 };
 

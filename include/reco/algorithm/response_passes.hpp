@@ -523,10 +523,17 @@ void entropy_quantiles(const Backend& be, const batch_pointers<T>& b, double* ke
 struct response_partial_fn {
   response_scratch r;
   RECO_HOST_DEVICE response_partial operator()(index_t i) const {
-    response_partial p;
+    response_partial p = weights_of(r, i);
     const index_t kept = r.kept[i];
     p.kept_tokens = static_cast<double>(kept);
     p.kept_nonempty = kept > 0 ? 1.0 : 0.0;
+    p.adv = moments::of(r.adv[i], static_cast<double>(r.length[i]));
+    if (r.adv_m2 && r.length[i] > 0) p.adv.m2 = r.adv_m2[i];
+    return p;
+  }
+  // The weight fields alone (the rest as a default partial).
+  RECO_HOST_DEVICE static response_partial weights_of(const response_scratch& r, index_t i) {
+    response_partial p;
     if (r.length[i] > 0) {
       const double w = r.weight[i];
       p.weight_count = 1;
@@ -535,10 +542,14 @@ struct response_partial_fn {
       p.weight_max = w;
       p.cap_hits = r.capped[i];
     }
-    p.adv = moments::of(r.adv[i], static_cast<double>(r.length[i]));
-    if (r.adv_m2 && r.length[i] > 0) p.adv.m2 = r.adv_m2[i];
     return p;
   }
+};
+// The weight fields of response_partial_fn, for the weights the token pass computes
+// (token_fn::weighs): the other fields merge as empty moments, without their divisions.
+struct response_weights_fn {
+  response_scratch r;
+  RECO_HOST_DEVICE response_partial operator()(index_t i) const { return response_partial_fn::weights_of(r, i); }
 };
 
 }  // namespace detail

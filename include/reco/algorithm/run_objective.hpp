@@ -257,8 +257,14 @@ const objective_result* objective_algorithm<Backend, Objective>::run(const Objec
   if constexpr (Backend::host_accessible) {
     if (sc.tokens->status) throw_data_error(b, sc.tokens->status);
   }
-  // The weights' statistics, now that the token pass has written the weights.
-  if (weighs) be.reduce(R, response_partial_fn{r}, merge_fn<response_partial>{}, &s->responses);
+  // The weights' statistics, now that the token pass has written the weights (host memory).
+  if constexpr (Backend::host_accessible) {
+    if (weighs) {
+      response_partial w;
+      be.reduce(R, response_weights_fn{r}, merge_fn<response_partial>{}, &w);
+      s->responses.take_weights(w);
+    }
+  }
   if constexpr (covariance) {
     if (obj.select.params.mode == covariance_mode::kl)
       covariance_penalty(obj, b, r, *selected, grads.logp.data(), *sc.tokens);
