@@ -92,6 +92,12 @@ RECO_HOST_DEVICE inline token_checks checks_split(const token_checks& all, const
   return c;
 }
 
+// A response's mean old log-prob from its sum over its n valid tokens (0 for none): one formula
+// for the scan and for the token pass that weighs (token_fn::weight_from_sum), so their bits agree.
+RECO_HOST_DEVICE inline double old_mean_of(double sum, index_t n) {
+  return n > 0 ? sum / static_cast<double>(n) : 0.0;
+}
+
 // Pass 1, per response: offsets, valid-token count and span, mean old log-prob, value checks.
 // A host backend's call moves the checks of the inputs no stage reads before the token pass into
 // that pass (`deferred`), and sums old_logp only for a response weight (`sums_old`): its scan
@@ -154,7 +160,7 @@ struct scan_response_fn {
     r.length[i] = s.n;
     r.first[i] = s.first;
     r.last[i] = s.last;
-    r.old_mean[i] = s.n > 0 ? s.old_sum / static_cast<double>(s.n) : 0.0;
+    r.old_mean[i] = old_mean_of(s.old_sum, s.n);
     r.status[i] = st;
   }
 };

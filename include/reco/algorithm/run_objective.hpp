@@ -14,8 +14,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "reco/algorithm/call_stages.hpp"
@@ -126,12 +124,6 @@ void entropy_kept(const Objective& obj, const Backend& be, const batch_pointers<
 // a call of its own (a planned call takes the step's weights), and a backend whose token pass runs
 // on packs for this batch. old_logp is then read once, by the token pass, instead of once for the
 // scan's sums and again for the tokens.
-template <class B, class F, class = void>
-struct has_packs_tokens : std::false_type {};
-template <class B, class F>
-struct has_packs_tokens<B, F, std::void_t<decltype(std::declval<const B&>().template packs_tokens<F>())>>
-    : std::true_type {};
-
 template <class Objective, class Backend, class T>
 bool weight_in_token_pass(const Objective& obj, const Backend& be, const objective_stages& st,
                           const batch_pointers<T>& b, const step_slice* plan) {

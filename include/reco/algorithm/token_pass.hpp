@@ -141,9 +141,9 @@ struct token_fn {
   // writes it to r.weight and r.capped.
   RECO_HOST_DEVICE double weight_from_sum(index_t i, double old_sum, bool owner) const {
     const index_t n = r.length[i];
-    const double mean = n > 0 ? old_sum / static_cast<double>(n) : 0.0;  // as scan_response_fn::finish
     std::uint8_t capped = 0;
-    const double w = capped_weight(obj.weight, weight_context(b, n, mean, r.group_size[i], i), capped);
+    const response_context ctx = weight_context(b, n, old_mean_of(old_sum, n), r.group_size[i], i);
+    const double w = capped_weight(obj.weight, ctx, capped);
     if (owner) {
       r.weight[i] = w;
       r.capped[i] = capped;

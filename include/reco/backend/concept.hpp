@@ -101,6 +101,14 @@ inline constexpr bool takes_step_plans_v = takes_step_plans<B>::value;
 // objective on another backend is refused at compile time (objective::check_call).
 template <class B>
 inline constexpr bool runs_host_selections_v = B::host_accessible;
+
+// Whether backend B says if it runs a token pass F on packs (the optional packs_tokens<F>() above):
+// the generic algorithm then lets that pass compute the response weights (token_fn::weighs).
+template <class B, class F, class = void>
+struct has_packs_tokens : std::false_type {};
+template <class B, class F>
+struct has_packs_tokens<B, F, std::void_t<decltype(std::declval<const B&>().template packs_tokens<F>())>>
+    : std::true_type {};
 }  // namespace detail
 
 // Whether B provides every primitive above.

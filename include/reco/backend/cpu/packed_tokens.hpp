@@ -206,6 +206,8 @@ struct packed_kernel {
   static RECO_SIMD_INLINE void run_response(const token_fn<Obj, T>& f, token_partial& p, chunk_sums& cs,
                                             value_checks& checks, removed_cursor& removed, Diag diag, index_t i,
                                             index_t t0, index_t t1) {
+    // Where the pass weighs, w_i multiplies the policy scale below (coef * 1 * w_i: the bits of
+    // coef * w_i), once the segment is known to hold a valid token.
     response_values v = f.response(i, f.weighs ? 1.0 : f.r.weight[i]);
     // No valid token lies outside [first, last] (padding, masked ends): zero gradients there.
     auto clamp = [](index_t x, index_t lo, index_t hi) { return x < lo ? lo : (x > hi ? hi : x); };
