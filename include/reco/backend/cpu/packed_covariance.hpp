@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "reco/algorithm/covariance_tokens.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
@@ -176,9 +177,35 @@ struct response_sums_and_hits_pass {
   };
   // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test (keyed:
   // the positions in the band into `band`).
-  template <int W, bool Keyed>
+  template <int W, bool Keyed, class Hit>
   static RECO_SIMD_INLINE void step(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
-                                    simd::mask<W>* hit, band_positions& band) {
+                                    Hit* hit, band_positions& band) {
+#if RECO_SIMD_OPAQUE_MASKS
+    if constexpr (std::is_same_v<Hit, simd::kmask8>) {
+      // The same steps with the lanes' truth values in mask registers.
+      using P = simd::pack<W>;
+      const std::uint8_t* const mask = test.b.mask;
+      const P x = simd::load<W>(test.b.logp + u);
+      if (mask) {
+        const simd::kmask8 ok = simd::k8_flags(mask + u);
+        simd::k8_add(st.s[0], x, ok);
+        simd::k8_add(st.n[0], P(1.0), ok);
+      } else {
+        st.s[0] += x;
+      }
+      if (hit == nullptr) return;
+      const simd::kmask8 in = simd::k8_in_band(st.c * (x - st.mean_logp), st.lo, st.hi);
+      if constexpr (Keyed) band.n += simd::k8_compress(st.lane + static_cast<std::uint64_t>(u - test.t0), in, band.at + band.n);
+      else *hit = simd::k8_or(*hit, in);
+    } else
+#endif
+    {
+      step_lanes<W, Keyed>(st, test, u, hit, band);
+    }
+  }
+  template <int W, bool Keyed>
+  static RECO_SIMD_INLINE void step_lanes(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
+                                          simd::mask<W>* hit, band_positions& band) {
     using P = simd::pack<W>;
     const std::uint8_t* const mask = test.b.mask;
     for (int p = 0; p < lanes_state<W>::packs; ++p) {
@@ -228,6 +255,13 @@ struct response_sums_and_hits_pass {
     }
     band.n = 0;
   }
+  template <int W>
+  static RECO_SIMD_INLINE bool any_lane(const simd::mask<W>& m) {
+    return simd::any(m);
+  }
+#if RECO_SIMD_OPAQUE_MASKS
+  static RECO_SIMD_INLINE bool any_lane(const simd::kmask8& m) { return simd::k8_any(m); }
+#endif
   template <int W, bool Keyed>
   static RECO_SIMD_INLINE void loop(const covariance_response_fn<T>& f) {
     static_assert(covariance_block % sum_lanes == 0 && sum_lanes % W == 0, "whole lane blocks in a block");
@@ -237,19 +271,25 @@ struct response_sums_and_hits_pass {
     const index_t t0 = test.t0, e = test.e;
     std::uint64_t positions[band_positions::capacity + 8];
     band_positions band{positions};
+    // The 8 double lanes of AVX-512 test and add with their truth values in mask registers.
+#if RECO_SIMD_OPAQUE_MASKS
+    using Hit = std::conditional_t<W == 8 && simd::double_kmasks, simd::kmask8, simd::mask<W>>;
+#else
+    using Hit = simd::mask<W>;
+#endif
     index_t t = t0, j = 0;
     for (; t + covariance_block <= e; t += covariance_block, ++j) {
       __builtin_prefetch(b.logp + t + 1024);
       if (b.mask && (t & 63) < covariance_block) __builtin_prefetch(b.mask + t + 1024);
       if (Keyed && band.n > band_positions::capacity - covariance_block) hash_band<W>(st, test, band);
-      auto hit = simd::mask<W>(false);
+      Hit hit{};
       for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit, band);
       if (j % 64 == 0) test.hits[j / 64] = 0;
-      if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
+      if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(any_lane(hit)) << (j % 64);
     }
     if constexpr (Keyed) hash_band<W>(st, test, band);
     index_t u = t;  // the lane sums' last whole 8 tokens, then their tail
-    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, nullptr, band);
+    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, static_cast<Hit*>(nullptr), band);
     double acc[sum_lanes], count[sum_lanes];
     for (int p = 0; p < lanes_state<W>::packs; ++p)
       for (int k = 0; k < W; ++k) {
