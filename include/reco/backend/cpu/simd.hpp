@@ -538,61 +538,6 @@ RECO_SIMD_INLINE int compress_lanes(const typename vectors<W>::u64& x, const mas
   return n;
 }
 
-// Eight double lanes' truth values in a mask register (AVX-512), for loops that only test and
-// add: a comparison, a masked add and a compress take the mask as it is, where a mask<8> vector
-// costs a blend to make and a test to read back at each of them. Through asm, as kmask16.
-#if RECO_SIMD_OPAQUE_MASKS
-inline constexpr bool double_kmasks = fits_register<64>;
-#else
-inline constexpr bool double_kmasks = false;
-#endif
-struct kmask8 {
-  std::uint16_t v = 0;
-};
-#if RECO_SIMD_OPAQUE_MASKS
-// The lanes whose byte at src is nonzero (8 bytes).
-RECO_SIMD_INLINE kmask8 k8_flags(const std::uint8_t* src) {
-  std::uint64_t word;
-  std::memcpy(&word, src, sizeof word);
-  typedef std::uint8_t bytes16 __attribute__((vector_size(16)));
-  const bytes16 b = (bytes16)(typename vectors<2>::u64{word, 0});
-  kmask8 r;
-  __asm__("vptestmb %1, %1, %0" : "=k"(r.v) : "v"(b));
-  return r;
-}
-// The lanes with lo < x <= hi (false for NaN).
-RECO_SIMD_INLINE kmask8 k8_in_band(const pack<8>& x, const pack<8>& lo, const pack<8>& hi) {
-  kmask8 above, r;
-  __asm__("vcmppd $0x1e, %2, %1, %0" : "=k"(above.v) : "v"(x.v), "v"(lo.v));
-  __asm__("vcmppd $0x12, %2, %1, %0%{%3%}" : "=k"(r.v) : "v"(x.v), "v"(hi.v), "Yk"(above.v));
-  return r;
-}
-// s + x on the lanes of m, s elsewhere.
-RECO_SIMD_INLINE void k8_add(pack<8>& s, const pack<8>& x, const kmask8& m) {
-  __asm__("vaddpd %2, %0, %0%{%1%}" : "+v"(s.v) : "Yk"(m.v), "v"(x.v));
-}
-// compress_lanes with the lanes in a mask register.
-RECO_SIMD_INLINE int k8_compress(const typename vectors<8>::u64& x, const kmask8& m, std::uint64_t* out) {
-  std::uint32_t bits;
-  typename vectors<8>::u64 c;
-  __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(m.v));
-  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
-  typedef std::uint64_t unaligned_u64 __attribute__((vector_size(64), aligned(8)));
-  *reinterpret_cast<unaligned_u64*>(out) = c;
-  return __builtin_popcount(bits);
-}
-RECO_SIMD_INLINE kmask8 k8_or(const kmask8& a, const kmask8& b) {
-  kmask8 r;
-  __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
-  return r;
-}
-RECO_SIMD_INLINE bool k8_any(const kmask8& m) {
-  std::uint32_t bits;
-  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
-  return bits != 0;
-}
-#endif
-
 // ---- reductions across lanes (fixed order: lane 0 first) ----------------------------------------
 
 template <int W>
@@ -729,6 +674,57 @@ struct kcounter {
   RECO_SIMD_INLINE void add(const kmask16& m) { n += __builtin_popcount(m.bits()); }
   RECO_SIMD_INLINE double total() const { return static_cast<double>(n); }
 };
+
+// Eight double lanes' truth values in a mask register (AVX-512), for loops that only test and
+// add: a comparison, a masked add and a compress take the mask as it is, where a mask<8> vector
+// costs a blend to make and a test to read back at each of them. Through asm, as kmask16.
+inline constexpr bool double_kmasks = float_kmasks;
+struct kmask8 {
+  std::uint16_t v = 0;
+};
+#if RECO_SIMD_OPAQUE_MASKS
+// The lanes whose byte at src is nonzero (8 bytes).
+RECO_SIMD_INLINE kmask8 k8_flags(const std::uint8_t* src) {
+  std::uint64_t word;
+  std::memcpy(&word, src, sizeof word);
+  typedef std::uint8_t bytes16 __attribute__((vector_size(16)));
+  const bytes16 b = (bytes16)(typename vectors<2>::u64{word, 0});
+  kmask8 r;
+  __asm__("vptestmb %1, %1, %0" : "=k"(r.v) : "v"(b));
+  return r;
+}
+// The lanes with lo < x <= hi (false for NaN).
+RECO_SIMD_INLINE kmask8 k8_in_band(const pack<8>& x, const pack<8>& lo, const pack<8>& hi) {
+  kmask8 above, r;
+  __asm__("vcmppd $0x1e, %2, %1, %0" : "=k"(above.v) : "v"(x.v), "v"(lo.v));
+  __asm__("vcmppd $0x12, %2, %1, %0%{%3%}" : "=k"(r.v) : "v"(x.v), "v"(hi.v), "Yk"(above.v));
+  return r;
+}
+// s + x on the lanes of m, s elsewhere.
+RECO_SIMD_INLINE void k8_add(pack<8>& s, const pack<8>& x, const kmask8& m) {
+  __asm__("vaddpd %2, %0, %0%{%1%}" : "+v"(s.v) : "Yk"(m.v), "v"(x.v));
+}
+// compress_lanes with the lanes in a mask register.
+RECO_SIMD_INLINE int k8_compress(const typename vectors<8>::u64& x, const kmask8& m, std::uint64_t* out) {
+  std::uint32_t bits;
+  typename vectors<8>::u64 c;
+  __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(m.v));
+  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
+  typedef std::uint64_t unaligned_u64 __attribute__((vector_size(64), aligned(8)));
+  *reinterpret_cast<unaligned_u64*>(out) = c;
+  return __builtin_popcount(bits);
+}
+RECO_SIMD_INLINE kmask8 k8_or(const kmask8& a, const kmask8& b) {
+  kmask8 r;
+  __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+  return r;
+}
+RECO_SIMD_INLINE bool k8_any(const kmask8& m) {
+  std::uint32_t bits;
+  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
+  return bits != 0;
+}
+#endif
 
 // The mask and counter types of a float pack: mask registers where AVX-512 code holds it.
 template <int L>
