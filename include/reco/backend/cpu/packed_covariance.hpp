@@ -195,8 +195,8 @@ struct response_sums_and_hits_pass {
       }
       if (hit == nullptr) return;
       const simd::kmask8 in = simd::k8_in_band(st.c * (x - st.mean_logp), st.lo, st.hi);
-      if constexpr (Keyed) band.n += simd::k8_compress(st.lane + static_cast<std::uint64_t>(u - test.t0), in, band.at + band.n);
-      else *hit = simd::k8_or(*hit, in);
+      if constexpr (Keyed) band.n += simd::compress_lanes(st.lane + static_cast<std::uint64_t>(u - test.t0), in, band.at + band.n);
+      else *hit = *hit || in;
     } else
 #endif
     {
@@ -255,13 +255,6 @@ struct response_sums_and_hits_pass {
     }
     band.n = 0;
   }
-  template <int W>
-  static RECO_SIMD_INLINE bool any_lane(const simd::mask<W>& m) {
-    return simd::any(m);
-  }
-#if RECO_SIMD_OPAQUE_MASKS
-  static RECO_SIMD_INLINE bool any_lane(const simd::kmask8& m) { return simd::k8_any(m); }
-#endif
   template <int W, bool Keyed>
   static RECO_SIMD_INLINE void loop(const covariance_response_fn<T>& f) {
     static_assert(covariance_block % sum_lanes == 0 && sum_lanes % W == 0, "whole lane blocks in a block");
@@ -272,11 +265,7 @@ struct response_sums_and_hits_pass {
     std::uint64_t positions[band_positions::capacity + 8];
     band_positions band{positions};
     // The 8 double lanes of AVX-512 test and add with their truth values in mask registers.
-#if RECO_SIMD_OPAQUE_MASKS
-    using Hit = std::conditional_t<W == 8 && simd::double_kmasks, simd::kmask8, simd::mask<W>>;
-#else
-    using Hit = simd::mask<W>;
-#endif
+    using Hit = std::conditional_t<W == 8 && simd::kmask_registers, simd::kmask8, simd::mask<W>>;
     index_t t = t0, j = 0;
     for (; t + covariance_block <= e; t += covariance_block, ++j) {
       __builtin_prefetch(b.logp + t + 1024);
@@ -285,7 +274,7 @@ struct response_sums_and_hits_pass {
       Hit hit{};
       for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit, band);
       if (j % 64 == 0) test.hits[j / 64] = 0;
-      if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(any_lane(hit)) << (j % 64);
+      if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
     }
     if constexpr (Keyed) hash_band<W>(st, test, band);
     index_t u = t;  // the lane sums' last whole 8 tokens, then their tail

@@ -487,18 +487,78 @@ RECO_SIMD_INLINE void store_first(T* dst, const pack<W>& x, int n) {
   for (int k = 0; k < n; ++k) dst[k] = buf[k];
 }
 
+// Whether this unit's AVX-512 code keeps lanes' truth values in mask registers (k0-k7) instead of
+// vectors of 0 / -1 lanes: 8 double lanes here (kmask8), 16 float lanes below (kmask16). Loops that
+// only test, add and compress then take a comparison's mask as it is, where a vector costs a blend
+// to make and a test to read back at each use. Through asm: the dispatched variants cannot inline
+// AVX-512 intrinsics from generic code.
+#if RECO_SIMD_OPAQUE_MASKS
+inline constexpr bool kmask_registers = fits_register<64>;
+#else
+inline constexpr bool kmask_registers = false;
+#endif
+struct kmask8 {
+  std::uint16_t v = 0;
+#if RECO_SIMD_OPAQUE_MASKS
+  friend RECO_SIMD_INLINE kmask8 operator||(const kmask8& a, const kmask8& b) {
+    kmask8 r;
+    __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+    return r;
+  }
+  RECO_SIMD_INLINE std::uint32_t bits() const {
+    std::uint32_t r;
+    __asm__("kmovw %1, %0" : "=r"(r) : "k"(v));
+    return r;
+  }
+#endif
+};
+#if RECO_SIMD_OPAQUE_MASKS
+// The lanes of a mask<8> vector.
+RECO_SIMD_INLINE kmask8 k8_of(const mask<8>& m) {
+  kmask8 r;
+  __asm__("vptestmq %1, %1, %0" : "=k"(r.v) : "v"(m.v));
+  return r;
+}
+// The lanes whose byte at src is nonzero (8 bytes).
+RECO_SIMD_INLINE kmask8 k8_flags(const std::uint8_t* src) {
+  std::uint64_t word;
+  std::memcpy(&word, src, sizeof word);
+  typedef std::uint8_t bytes16 __attribute__((vector_size(16)));
+  const bytes16 b = (bytes16)(typename vectors<2>::u64{word, 0});
+  kmask8 r;
+  __asm__("vptestmb %1, %1, %0" : "=k"(r.v) : "v"(b));
+  return r;
+}
+// The lanes with lo < x <= hi (false for NaN).
+RECO_SIMD_INLINE kmask8 k8_in_band(const pack<8>& x, const pack<8>& lo, const pack<8>& hi) {
+  kmask8 above, r;
+  __asm__("vcmppd $0x1e, %2, %1, %0" : "=k"(above.v) : "v"(x.v), "v"(lo.v));
+  __asm__("vcmppd $0x12, %2, %1, %0%{%3%}" : "=k"(r.v) : "v"(x.v), "v"(hi.v), "Yk"(above.v));
+  return r;
+}
+// s + x on the lanes of m, s elsewhere.
+RECO_SIMD_INLINE void k8_add(pack<8>& s, const pack<8>& x, const kmask8& m) {
+  __asm__("vaddpd %2, %0, %0%{%1%}" : "+v"(s.v) : "Yk"(m.v), "v"(x.v));
+}
+RECO_SIMD_INLINE bool any(const kmask8& m) { return m.bits() != 0; }
+// compress_lanes (below) with the lanes in a mask register: one compress and one store.
+RECO_SIMD_INLINE int compress_lanes(const typename vectors<8>::u64& x, const kmask8& m, std::uint64_t* out) {
+  typename vectors<8>::u64 c;
+  __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(m.v));
+  // A store of 64-bit lanes (not memcpy's bytes, which may alias anything): the caller's count
+  // stays in a register.
+  typedef std::uint64_t unaligned_u64 __attribute__((vector_size(64), aligned(8)));
+  *reinterpret_cast<unaligned_u64*>(out) = c;
+  return __builtin_popcount(m.bits());
+}
+#endif
+
 // Per-lane "any": whether some lane is on. In the wide variants one test of the whole register
 // (vptestmq, vptest) instead of a move of each lane to a general-purpose register.
 template <int W>
 RECO_SIMD_INLINE bool any(const mask<W>& m) {
 #if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (W == 8 && fits_register<64>) {
-    std::uint16_t k;
-    std::uint32_t r;
-    __asm__("vptestmq %1, %1, %0" : "=k"(k) : "v"(m.v));
-    __asm__("kmovw %1, %0" : "=r"(r) : "k"(k));
-    return r != 0;
-  }
+  if constexpr (W == 8 && fits_register<64>) return any(k8_of(m));
   if constexpr (W == 4 && fits_register<32>) {
     bool on;
     __asm__("vptest %1, %1" : "=@ccnz"(on) : "x"(m.v));
@@ -516,19 +576,7 @@ RECO_SIMD_INLINE bool any(const mask<W>& m) {
 template <int W>
 RECO_SIMD_INLINE int compress_lanes(const typename vectors<W>::u64& x, const mask<W>& m, std::uint64_t* out) {
 #if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (W == 8 && fits_register<64>) {
-    std::uint16_t k;
-    std::uint32_t bits;
-    typename vectors<W>::u64 c;
-    __asm__("vptestmq %1, %1, %0" : "=k"(k) : "v"(m.v));
-    __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(k));
-    __asm__("kmovw %1, %0" : "=r"(bits) : "k"(k));
-    // A store of 64-bit lanes (not memcpy's bytes, which may alias anything): the caller's count
-    // stays in a register.
-    typedef std::uint64_t unaligned_u64 __attribute__((vector_size(8 * W), aligned(8)));
-    *reinterpret_cast<unaligned_u64*>(out) = c;
-    return __builtin_popcount(bits);
-  }
+  if constexpr (W == 8 && fits_register<64>) return compress_lanes(x, k8_of(m), out);
 #endif
   int n = 0;
   for (int k = 0; k < W; ++k) {
@@ -622,11 +670,7 @@ struct fcounter {
 // the masks take none of the 32 vector registers the per-token math needs (as vectors of 0 / -1
 // lanes they pushed its constants and sums to the stack). Through asm, as the min / max above:
 // the dispatched variants cannot inline AVX-512 intrinsics from generic code.
-#if RECO_SIMD_OPAQUE_MASKS
-inline constexpr bool float_kmasks = fits_register<64>;
-#else
-inline constexpr bool float_kmasks = false;
-#endif
+inline constexpr bool float_kmasks = kmask_registers;
 
 struct kmask16 {
   std::uint16_t v;
@@ -674,57 +718,6 @@ struct kcounter {
   RECO_SIMD_INLINE void add(const kmask16& m) { n += __builtin_popcount(m.bits()); }
   RECO_SIMD_INLINE double total() const { return static_cast<double>(n); }
 };
-
-// Eight double lanes' truth values in a mask register (AVX-512), for loops that only test and
-// add: a comparison, a masked add and a compress take the mask as it is, where a mask<8> vector
-// costs a blend to make and a test to read back at each of them. Through asm, as kmask16.
-inline constexpr bool double_kmasks = float_kmasks;
-struct kmask8 {
-  std::uint16_t v = 0;
-};
-#if RECO_SIMD_OPAQUE_MASKS
-// The lanes whose byte at src is nonzero (8 bytes).
-RECO_SIMD_INLINE kmask8 k8_flags(const std::uint8_t* src) {
-  std::uint64_t word;
-  std::memcpy(&word, src, sizeof word);
-  typedef std::uint8_t bytes16 __attribute__((vector_size(16)));
-  const bytes16 b = (bytes16)(typename vectors<2>::u64{word, 0});
-  kmask8 r;
-  __asm__("vptestmb %1, %1, %0" : "=k"(r.v) : "v"(b));
-  return r;
-}
-// The lanes with lo < x <= hi (false for NaN).
-RECO_SIMD_INLINE kmask8 k8_in_band(const pack<8>& x, const pack<8>& lo, const pack<8>& hi) {
-  kmask8 above, r;
-  __asm__("vcmppd $0x1e, %2, %1, %0" : "=k"(above.v) : "v"(x.v), "v"(lo.v));
-  __asm__("vcmppd $0x12, %2, %1, %0%{%3%}" : "=k"(r.v) : "v"(x.v), "v"(hi.v), "Yk"(above.v));
-  return r;
-}
-// s + x on the lanes of m, s elsewhere.
-RECO_SIMD_INLINE void k8_add(pack<8>& s, const pack<8>& x, const kmask8& m) {
-  __asm__("vaddpd %2, %0, %0%{%1%}" : "+v"(s.v) : "Yk"(m.v), "v"(x.v));
-}
-// compress_lanes with the lanes in a mask register.
-RECO_SIMD_INLINE int k8_compress(const typename vectors<8>::u64& x, const kmask8& m, std::uint64_t* out) {
-  std::uint32_t bits;
-  typename vectors<8>::u64 c;
-  __asm__("vpcompressq %1, %0%{%2%}%{z%}" : "=v"(c) : "v"(x), "Yk"(m.v));
-  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
-  typedef std::uint64_t unaligned_u64 __attribute__((vector_size(64), aligned(8)));
-  *reinterpret_cast<unaligned_u64*>(out) = c;
-  return __builtin_popcount(bits);
-}
-RECO_SIMD_INLINE kmask8 k8_or(const kmask8& a, const kmask8& b) {
-  kmask8 r;
-  __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
-  return r;
-}
-RECO_SIMD_INLINE bool k8_any(const kmask8& m) {
-  std::uint32_t bits;
-  __asm__("kmovw %1, %0" : "=r"(bits) : "k"(m.v));
-  return bits != 0;
-}
-#endif
 
 // The mask and counter types of a float pack: mask registers where AVX-512 code holds it.
 template <int L>
