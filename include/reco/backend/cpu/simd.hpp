@@ -497,19 +497,29 @@ inline constexpr bool kmask_registers = fits_register<64>;
 #else
 inline constexpr bool kmask_registers = false;
 #endif
+#if RECO_SIMD_OPAQUE_MASKS
+// The mask-register operations the two mask types share: a | b, and the lanes as an integer's bits
+// (a general-purpose register).
+RECO_SIMD_INLINE std::uint16_t kor(std::uint16_t a, std::uint16_t b) {
+  std::uint16_t r;
+  __asm__("korw %2, %1, %0" : "=k"(r) : "k"(a), "k"(b));
+  return r;
+}
+RECO_SIMD_INLINE std::uint32_t kbits(std::uint16_t k) {
+  std::uint32_t r;
+  __asm__("kmovw %1, %0" : "=r"(r) : "k"(k));
+  return r;
+}
+#endif
 struct kmask8 {
   std::uint16_t v = 0;
 #if RECO_SIMD_OPAQUE_MASKS
   friend RECO_SIMD_INLINE kmask8 operator||(const kmask8& a, const kmask8& b) {
     kmask8 r;
-    __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+    r.v = kor(a.v, b.v);
     return r;
   }
-  RECO_SIMD_INLINE std::uint32_t bits() const {
-    std::uint32_t r;
-    __asm__("kmovw %1, %0" : "=r"(r) : "k"(v));
-    return r;
-  }
+  RECO_SIMD_INLINE std::uint32_t bits() const { return kbits(v); }
 #endif
 };
 #if RECO_SIMD_OPAQUE_MASKS
@@ -689,7 +699,7 @@ struct kmask16 {
   }
   friend RECO_SIMD_INLINE kmask16 operator||(const kmask16& a, const kmask16& b) {
     kmask16 r;
-    __asm__("korw %2, %1, %0" : "=k"(r.v) : "k"(a.v), "k"(b.v));
+    r.v = kor(a.v, b.v);
     return r;
   }
   friend RECO_SIMD_INLINE kmask16 operator!(const kmask16& a) {
@@ -698,11 +708,7 @@ struct kmask16 {
     return r;
   }
   // The lanes as an integer's bits (a general-purpose register).
-  RECO_SIMD_INLINE std::uint32_t bits() const {
-    std::uint32_t r;
-    __asm__("kmovw %1, %0" : "=r"(r) : "k"(v));
-    return r;
-  }
+  RECO_SIMD_INLINE std::uint32_t bits() const { return kbits(v); }
 #else
   friend RECO_SIMD_INLINE kmask16 operator&&(const kmask16& a, const kmask16& b) { return of_bits(a.v & b.v); }
   friend RECO_SIMD_INLINE kmask16 operator||(const kmask16& a, const kmask16& b) { return of_bits(a.v | b.v); }
