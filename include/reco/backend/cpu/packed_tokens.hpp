@@ -13,6 +13,7 @@
 #include "reco/algorithm/token_body.hpp"
 #include "reco/algorithm/token_pass.hpp"
 #include "reco/backend/cpu/packed_pass.hpp"
+#include "reco/backend/cpu/pack_pair.hpp"
 #include "reco/backend/cpu/packed_scan.hpp"
 #include "reco/backend/cpu/simd.hpp"
 #include "reco/config.hpp"
@@ -37,6 +38,11 @@ struct packed_kernel {
   using C = typename P::counter_type;
   static constexpr int L = io::L;
   using context = basic_token_context<P>;
+  // Two full packs computed as one value (pack_pair.hpp), where the body's chain of dependent
+  // operations, not its instruction count, would set the pace: the 16-float packs of AVX-512.
+  using pair = simd::pack_pair<P>;
+  using pair_mask = typename pair::mask_type;
+  static constexpr bool pairs = !std::is_same_v<T, double> && L == 16;
 
   template <class R, class = void>
   struct ratio_ok : std::false_type {};
@@ -102,15 +108,21 @@ struct packed_kernel {
   struct value_checks {
     simd::log_probability_keys<P> keys;
     M other = false;
-    RECO_SIMD_INLINE void add(const token_checks& which, const M& valid, const context& c, const P& ref,
-                              const P& weight) {
-      keys.add(c.logp);
-      keys.add(c.old_logp);
+    RECO_SIMD_INLINE void add(const token_checks& which, const M& valid, const P& logp, const P& old_logp,
+                              const P& ref, const P& entropy, const P& weight) {
+      keys.add(logp);
+      keys.add(old_logp);
       keys.add(ref);
       if (which.entropy || which.token_weights) {
         token_checks rest{false, false, which.entropy, which.token_weights, false};
-        other = other || token_value_faults(rest, valid, c.logp, c.old_logp, ref, c.entropy, weight);
+        other = other || token_value_faults(rest, valid, logp, old_logp, ref, entropy, weight);
       }
+    }
+    // A pair's two packs.
+    RECO_SIMD_INLINE void add(const token_checks& which, const pair_mask& valid, const pair& logp,
+                              const pair& old_logp, const pair& ref, const pair& entropy, const pair& weight) {
+      add(which, valid.lo, logp.lo, old_logp.lo, ref.lo, entropy.lo, weight.lo);
+      add(which, valid.hi, logp.hi, old_logp.hi, ref.hi, entropy.hi, weight.hi);
     }
     RECO_SIMD_INLINE bool failed() const { return keys.failed() || simd::any(other); }
   };
@@ -237,11 +249,19 @@ struct packed_kernel {
       pack_terms terms[block];
       const index_t first = t;
       int packs = 0;
-      for (; packs < block && t + L <= hi; ++packs, t += L)
-        body<true>(f, v, t, L, check, diag, checks, removed, terms[packs]);
-      if (packs < block && t < hi) {
-        body<false>(f, v, t, static_cast<int>(hi - t), check, diag, checks, removed, terms[packs++]);
-        t = hi;
+      if constexpr (pairs) {
+        for (; packs + 2 <= block && t + 2 * L <= hi; packs += 2, t += 2 * L)
+          body<true, pair>(f, v, t, 2 * L, check, diag, checks, removed, terms + packs);
+      } else {
+        for (; packs < block && t + L <= hi; ++packs, t += L)
+          body<true, P>(f, v, t, L, check, diag, checks, removed, terms + packs);
+      }
+      // The run's end, a pack at a time: the partial pack, and with pairs a full one before it
+      // (through the partial pack's loads: one loop body fewer to compile, for one pack per run).
+      for (; packs < block && t < hi; ++packs) {
+        const int n = hi - t < L ? static_cast<int>(hi - t) : L;
+        body<false, P>(f, v, t, n, check, diag, checks, removed, terms + packs);
+        t += n;
       }
       block_sums bs;
       for (int k = 0; k < packs; ++k)
@@ -318,11 +338,56 @@ struct packed_kernel {
     if (f.grad_entropy) std::memset(f.grad_entropy + begin, 0, static_cast<std::size_t>(end - begin) * sizeof(T));
   }
 
-  // The token body of the L tokens from t (Full), or of the n < L left at the end of a run: the
-  // gradients written, the deferred value checks added to `checks`, the terms into `r`.
-  template <bool Full, class Diag>
+  // Loads and stores of a body's value V: one pack (Full, or the first n lanes), or a pair of
+  // full packs from src.
+  template <class V>
+  static constexpr bool paired = std::is_same_v<V, pair>;
+  template <class V, bool Full>
+  static RECO_SIMD_INLINE V load(const T* src, int n) {
+    if constexpr (paired<V>) return V(io::template load<true>(src, L), io::template load<true>(src + L, L));
+    else return io::template load<Full>(src, n);
+  }
+  template <class V, bool Full>
+  static RECO_SIMD_INLINE mask_t<V> flags(const std::uint8_t* src, int n) {
+    if constexpr (paired<V>) return {io::template flags<true>(src, L), io::template flags<true>(src + L, L)};
+    else return io::template flags<Full>(src, n);
+  }
+  template <class V, bool Full>
+  static RECO_SIMD_INLINE mask_t<V> valid_lanes(const std::uint8_t* mask, int n) {
+    if constexpr (paired<V>) {
+      return {io::template valid<true>(mask, L), io::template valid<true>(mask ? mask + L : nullptr, L)};
+    } else {
+      return io::template valid<Full>(mask, n);
+    }
+  }
+  template <class V, bool Full>
+  static RECO_SIMD_INLINE void store(T* dst, const V& x, int n) {
+    if constexpr (paired<V>) {
+      io::template store<true>(dst, x.lo, L);
+      io::template store<true>(dst + L, x.hi, L);
+    } else {
+      io::template store<Full>(dst, x, n);
+    }
+  }
+  // Pack K of a body's value.
+  template <int K, class X>
+  static RECO_SIMD_INLINE const auto& part(const X& x) {
+    if constexpr (std::is_same_v<X, pair> || std::is_same_v<X, pair_mask>) {
+      if constexpr (K == 0) return x.lo;
+      else return x.hi;
+    } else {
+      return x;
+    }
+  }
+
+  // The token body of the n tokens from t: a full pack (n = L), the n < L left at the end of a
+  // run, or (V = pair) two full packs (n = 2L). The gradients are written, the deferred value
+  // checks added to `checks`, each pack's terms put in r[0] (and r[1]).
+  template <bool Full, class V, class Diag>
   static RECO_SIMD_INLINE void body(const token_fn<Obj, T>& f, const response_values& v, index_t t, int n, bool check,
-                                    Diag diag, value_checks& checks, removed_cursor& removed, pack_terms& r) {
+                                    Diag diag, value_checks& checks, removed_cursor& removed, pack_terms* r) {
+    using mask = mask_t<V>;
+    constexpr int packs = paired<V> ? 2 : 1;
     const batch_pointers<T>& b = f.b;
     if constexpr (Full) {
       // The hardware prefetcher alone leaves the loads of this compute-heavy loop waiting on the
@@ -330,53 +395,68 @@ struct packed_kernel {
       // The gradients too, for writing: their lines then arrive before the stores fill the
       // store buffer.
       constexpr index_t ahead = 1024;
-      __builtin_prefetch(b.logp + t + ahead);
-      if (b.old_logp) __builtin_prefetch(b.old_logp + t + ahead);
-      if (Obj::kl_type::active) __builtin_prefetch(b.ref_logp + t + ahead);
-      if ((t & 63) < L && b.mask) __builtin_prefetch(b.mask + t + ahead);  // once per 64 positions
-      __builtin_prefetch(f.grad_logp + t + ahead, 1);
-      if (f.grad_entropy) __builtin_prefetch(f.grad_entropy + t + ahead, 1);
+      for (int k = 0; k < packs; ++k) {
+        const index_t at = t + ahead + k * L;
+        __builtin_prefetch(b.logp + at);
+        if (b.old_logp) __builtin_prefetch(b.old_logp + at);
+        if (Obj::kl_type::active) __builtin_prefetch(b.ref_logp + at);
+        __builtin_prefetch(f.grad_logp + at, 1);
+        if (f.grad_entropy) __builtin_prefetch(f.grad_entropy + at, 1);
+      }
+      if ((t & 63) < packs * L && b.mask) __builtin_prefetch(b.mask + t + ahead);  // once per 64 positions
     }
-    const M valid = io::template valid<Full>(b.mask ? b.mask + t : nullptr, n);
+    const mask valid = valid_lanes<V, Full>(b.mask ? b.mask + t : nullptr, n);
     // Stand-ins for what invalid lanes hold (NaN, inf, garbage): -1 is a valid log-probability
     // for every component, so nothing below overflows or traps on them.
-    context c;
-    c.logp = simd::select(valid, io::template load<Full>(b.logp + t, n), P(-1.0));
-    c.old_logp = b.old_logp ? simd::select(valid, io::template load<Full>(b.old_logp + t, n), P(-1.0)) : c.logp;
-    c.entropy = b.entropy ? simd::select(valid, io::template load<Full>(b.entropy + t, n), P(0.0)) : P(0.0);
+    basic_token_context<V> c;
+    c.logp = select(valid, load<V, Full>(b.logp + t, n), V(-1.0));
+    c.old_logp = b.old_logp ? select(valid, load<V, Full>(b.old_logp + t, n), V(-1.0)) : c.logp;
+    c.entropy = b.entropy ? select(valid, load<V, Full>(b.entropy + t, n), V(0.0)) : V(0.0);
     c.advantage = v.advantage;
     c.sequence_log_ratio = v.sequence_log_ratio;
     c.entropy_quantile = v.entropy_quantile;
-    M policy = f.kept ? valid && io::template flags<Full>(f.kept + t, n) : valid;
-    policy = removed.remove(policy, t, n);
-    P scale = v.policy_scale;
-    P weight = P(0.0);
-    if (b.token_weights) {
-      weight = io::template load<Full>(b.token_weights + t, n);
-      scale = P(v.policy_scale) * simd::select(policy, weight, P(0.0));
+    mask policy = f.kept ? valid && flags<V, Full>(f.kept + t, n) : valid;
+    if constexpr (paired<V>) {
+      policy.lo = removed.remove(policy.lo, t, L);
+      policy.hi = removed.remove(policy.hi, t + L, L);
+    } else {
+      policy = removed.remove(policy, t, n);
     }
-    P ref = P(-1.0);
+    V scale = v.policy_scale;
+    V weight = V(0.0);
+    if (b.token_weights) {
+      weight = load<V, Full>(b.token_weights + t, n);
+      scale = V(v.policy_scale) * select(policy, weight, V(0.0));
+    }
+    V ref = V(-1.0);
     if ((Obj::kl_type::active && term_on(f.obj.kl)) || f.checks.ref_logp)
-      ref = simd::select(valid, io::template load<Full>(b.ref_logp + t, n), P(-1.0));
+      ref = select(valid, load<V, Full>(b.ref_logp + t, n), V(-1.0));
     // The deferred value checks, on the valid lanes (where the stand-ins are the inputs).
-    if (check) checks.add(f.checks, valid, c, ref, weight);
+    if (check) checks.add(f.checks, valid, c.logp, c.old_logp, ref, c.entropy, weight);
     if (diag) set_logp_variance(c, valid);  // the diagnostic's, read by ReCo's ratio too
 
-    const token_terms<P> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
-    if (term_on(f.obj.entropy) || f.grad_entropy) io::template store<Full>(f.grad_entropy + t, k.entropy_grad, n);
-    io::template store<Full>(f.grad_logp + t, k.grad, n);
-    if (per_response_scale(f)) r.policy = k.surrogate;
-    else r.policy = k.policy;
-    r.kl = k.kl;
-    r.valid = valid;
-    r.policy_mask = policy;
-    r.entropy = c.entropy;
+    const token_terms<V> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
+    if (term_on(f.obj.entropy) || f.grad_entropy) store<V, Full>(f.grad_entropy + t, k.entropy_grad, n);
+    store<V, Full>(f.grad_logp + t, k.grad, n);
+    keep<0>(f, k, c, valid, policy, diag, r[0]);
+    if constexpr (paired<V>) keep<1>(f, k, c, valid, policy, diag, r[1]);
+  }
+  // Pack K's part of the body's terms.
+  template <int K, class V, class Diag>
+  static RECO_SIMD_INLINE void keep(const token_fn<Obj, T>& f, const token_terms<V>& k, const basic_token_context<V>& c,
+                                    const mask_t<V>& valid, const mask_t<V>& policy, Diag diag, pack_terms& r) {
+    if (per_response_scale(f)) r.policy = part<K>(k.surrogate);
+    else r.policy = part<K>(k.policy);
+    r.kl = part<K>(k.kl);
+    r.valid = part<K>(valid);
+    r.policy_mask = part<K>(policy);
+    r.entropy = part<K>(c.entropy);
     if (diag) {
-      r.ppo_kl = k.ppo_kl;
-      r.x = k.x;
-      r.clipped = k.clipped;
-      r.dual = k.dual;
-      r.variance = c.logp_variance;  // 0 on the invalid lanes
+      r.ppo_kl = part<K>(k.ppo_kl);
+      r.x = part<K>(k.x);
+      r.clipped = part<K>(k.clipped);
+      r.dual = part<K>(k.dual);
+      r.variance = part<K>(c.logp_variance);  // 0 on the invalid lanes
     }
   }
 
