@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -26,9 +27,9 @@ namespace detail {
 // functions instantiated for a pack), with every per-token branch a select and the sums kept per
 // lane, in double, until the end of the segment. Lanes that hold no valid token (masked, padding,
 // past the segment's end) compute on harmless stand-in values and are left out of every sum;
-// their gradients are written as 0. The segment is cut at the response's thirds (token-variance
-// bins) so that each run adds to one bin. A call without diagnostics (token_fn::diagnostics)
-// skips their arithmetic and their sums: a branch per pack on a flag that does not change.
+// their gradients are written as 0. The token variances add up by thirds of the response (the
+// diagnostic's bins). A call without diagnostics (token_fn::diagnostics) skips their arithmetic
+// and their sums.
 template <class Obj, class T, int W>
 struct packed_kernel {
   using io = simd::token_io<T, W>;
@@ -130,7 +131,7 @@ struct packed_kernel {
   // A block's (float lanes) or a response's (double lanes' loss parts) partial sums.
   struct block_sums {
     P policy = P(0.0), kl = P(0.0);                                           // loss parts
-    P ppo_kl = P(0.0), ratio_sum = P(0.0), variance[3] = {P(0.0), P(0.0), P(0.0)};
+    P ppo_kl = P(0.0), ratio_sum = P(0.0);
     P entropy = P(0.0), entropy_kept = P(0.0);  // float lanes: the entropies (valid, policy tokens)
   };
   struct chunk_sums {
@@ -138,6 +139,29 @@ struct packed_kernel {
     D ppo_kl = D(0.0), ratio_sum = D(0.0), entropy_kept = D(0.0), variance[3] = {D(0.0), D(0.0), D(0.0)};
     P ratio_min = P(huge_value), ratio_max = P(-huge_value);
     C valid, policy_tokens, dual, var_count[3];
+  };
+
+  // The token variances of the third the pass is in, added pack by pack since the last cut or
+  // block start: a whole pack adds to one register, not to a third chosen per pack; the sum goes
+  // into the chunk's lanes at each cut and at the block's end (the same float sums in the same
+  // order as per third and block).
+  struct third_cursor {
+    int third = 0;
+    index_t next = 0;  // where the next third begins (past every token in the last)
+    P sum = P(0.0);
+    C count;
+    // The third that position t of response v falls in.
+    RECO_SIMD_INLINE third_cursor(const response_values& v, index_t t) { enter(v, t >= v.cut2 ? 2 : (t >= v.cut1 ? 1 : 0)); }
+    RECO_SIMD_INLINE void enter(const response_values& v, int k) {
+      third = k;
+      next = k == 0 ? v.cut1 : (k == 1 ? v.cut2 : std::numeric_limits<index_t>::max());
+    }
+    RECO_SIMD_INLINE void flush(chunk_sums& cs) {
+      simd::accumulate(cs.variance[third], sum);
+      cs.var_count[third].add(count);
+      sum = P(0.0);
+      count = C{};
+    }
   };
 
   // The tokens [t0, t1) of responses i, i + 1, ... Whether the call computes the diagnostics is
@@ -244,6 +268,7 @@ struct packed_kernel {
     // The response's entropies: float lanes add them over each block, as every other sum, double
     // lanes pack by pack (docs/conventions.md, "Precision").
     D entropy = D(0.0);
+    third_cursor thirds(v, lo);
     // Blocks of up to `block` packs: their terms, then their sums.
     for (index_t t = lo; t < hi;) {
       pack_terms terms[block];
@@ -265,7 +290,8 @@ struct packed_kernel {
       }
       block_sums bs;
       for (int k = 0; k < packs; ++k)
-        add(f, terms[k], first + static_cast<index_t>(k) * L, v, diag, float_lanes ? bs : rs, bs, cs, entropy, clipped);
+        add(f, terms[k], first + static_cast<index_t>(k) * L, v, diag, float_lanes ? bs : rs, bs, cs, thirds, entropy,
+            clipped);
       if constexpr (float_lanes) {
         if (sums_entropy(f, diag)) simd::accumulate(entropy, bs.entropy);
         simd::accumulate_scaled(cs.policy, bs.policy, scaled ? v.policy_scale : 1.0);
@@ -277,7 +303,7 @@ struct packed_kernel {
       if (diag) {
         simd::accumulate(cs.ppo_kl, bs.ppo_kl);
         simd::accumulate(cs.ratio_sum, bs.ratio_sum);
-        for (int k = 0; k < 3; ++k) simd::accumulate(cs.variance[k], bs.variance[k]);
+        thirds.flush(cs);
         if (float_lanes && f.b.entropy) simd::accumulate(cs.entropy_kept, bs.entropy_kept);
       }
     }
@@ -465,7 +491,8 @@ struct packed_kernel {
   // token variance into the third of the response its lanes fall in.
   template <class Diag>
   static RECO_SIMD_INLINE void add(const token_fn<Obj, T>& f, const pack_terms& k, index_t t, const response_values& v,
-                                   Diag diag, block_sums& loss, block_sums& bs, chunk_sums& cs, D& entropy, C& clipped) {
+                                   Diag diag, block_sums& loss, block_sums& bs, chunk_sums& cs, third_cursor& thirds,
+                                   D& entropy, C& clipped) {
     const M& policy = k.policy_mask;
     loss.policy += k.policy;
     if (f.selects()) cs.policy_tokens.add(policy);
@@ -482,19 +509,13 @@ struct packed_kernel {
         else simd::accumulate(cs.entropy_kept, simd::select(policy, k.entropy, P(0.0)));
       }
       // Thirds: d = t - first falls in third floor(3 d / span), i.e. positions from cut1 on are
-      // in the second, from cut2 on in the third; a pack that straddles a cut splits its lanes.
-      const index_t end = t + L;
-      const int whole = end <= v.cut1 ? 0 : (t >= v.cut2 ? 2 : (t >= v.cut1 && end <= v.cut2 ? 1 : -1));
-      if (whole >= 0) {
-        bs.variance[whole] += k.variance;  // 0 on the invalid lanes
-        cs.var_count[whole].add(k.valid);
+      // in the second, from cut2 on in the third; a pack that reaches past the next cut splits
+      // its lanes.
+      if (t + L <= thirds.next) {
+        thirds.sum += k.variance;  // 0 on the invalid lanes
+        thirds.count.add(k.valid);
       } else {
-        const index_t c1 = v.cut1 < t ? t : v.cut1, c2 = v.cut2 > end ? end : v.cut2;
-        const M before1 = io::first_lanes(static_cast<int>(c1 - t));
-        const M before2 = io::first_lanes(static_cast<int>(c2 - t));
-        add_third(bs, cs, 0, k.variance, k.valid && before1);
-        add_third(bs, cs, 1, k.variance, k.valid && before2 && !before1);
-        add_third(bs, cs, 2, k.variance, k.valid && !before2);
+        add_split(v, k, t, cs, thirds);
       }
     }
     if constexpr (Obj::kl_type::active) loss.kl += k.kl;  // 0 while a selectable term is off
@@ -504,9 +525,23 @@ struct packed_kernel {
     }
     cs.valid.add(k.valid);
   }
-  static RECO_SIMD_INLINE void add_third(block_sums& bs, chunk_sums& cs, int third, const P& variance, const M& lanes) {
-    bs.variance[third] += simd::select(lanes, variance, P(0.0));
-    cs.var_count[third].add(lanes);
+  // A pack that reaches past the next cut: each third's lanes in turn, the sum of a third it
+  // leaves flushed (as rare as the cuts: one or two packs per response).
+  static RECO_SIMD_INLINE void add_split(const response_values& v, const pack_terms& k, index_t t, chunk_sums& cs,
+                        third_cursor& thirds) {
+    const index_t end = t + L;
+    M before_third = false;  // the lanes of the thirds already left
+    for (;;) {
+      const index_t x = thirds.next;
+      const M before_next = io::first_lanes(x <= t ? 0 : (x >= end ? L : static_cast<int>(x - t)));
+      const M lanes = k.valid && before_next && !before_third;
+      thirds.sum += simd::select(lanes, k.variance, P(0.0));
+      thirds.count.add(lanes);
+      if (x >= end) return;
+      before_third = before_next;
+      thirds.flush(cs);
+      thirds.enter(v, thirds.third + 1);
+    }
   }
 };
 

@@ -622,6 +622,7 @@ template <int W>
 struct counter {
   typename mask<W>::raw n{};
   RECO_SIMD_INLINE void add(const mask<W>& m) { n -= m.v; }
+  RECO_SIMD_INLINE void add(const counter& c) { n += c.n; }
   RECO_SIMD_INLINE double total() const {
     std::int64_t s = 0;
     for (int k = 0; k < W; ++k) s += n[k];
@@ -668,6 +669,7 @@ template <int L>
 struct fcounter {
   typename fmask<L>::raw n{};
   RECO_SIMD_INLINE void add(const fmask<L>& m) { n -= m.v; }
+  RECO_SIMD_INLINE void add(const fcounter& c) { n += c.n; }
   RECO_SIMD_INLINE double total() const {
     std::int64_t s = 0;
     for (int k = 0; k < L; ++k) s += n[k];
@@ -722,6 +724,7 @@ struct kmask16 {
 struct kcounter {
   std::int64_t n = 0;
   RECO_SIMD_INLINE void add(const kmask16& m) { n += __builtin_popcount(m.bits()); }
+  RECO_SIMD_INLINE void add(const kcounter& c) { n += c.n; }
   RECO_SIMD_INLINE double total() const { return static_cast<double>(n); }
 };
 
