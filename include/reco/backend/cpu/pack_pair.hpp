@@ -35,7 +35,6 @@ struct mask_pair {
 
 template <class P>
 struct pack_pair {
-  using pack_type = P;
   using mask_type = mask_pair<typename P::mask_type>;
   P lo, hi;
   RECO_SIMD_INLINE pack_pair() = default;
@@ -48,11 +47,6 @@ struct pack_pair {
   friend RECO_SIMD_INLINE pack_pair operator*(const pack_pair& a, const pack_pair& b) { return {a.lo * b.lo, a.hi * b.hi}; }
   friend RECO_SIMD_INLINE pack_pair operator/(const pack_pair& a, const pack_pair& b) { return {a.lo / b.lo, a.hi / b.hi}; }
   friend RECO_SIMD_INLINE pack_pair operator-(const pack_pair& a) { return {-a.lo, -a.hi}; }
-  RECO_SIMD_INLINE pack_pair& operator+=(const pack_pair& b) {
-    lo += b.lo;
-    hi += b.hi;
-    return *this;
-  }
   friend RECO_SIMD_INLINE mask_type operator<(const pack_pair& a, const pack_pair& b) { return {a.lo < b.lo, a.hi < b.hi}; }
   friend RECO_SIMD_INLINE mask_type operator>(const pack_pair& a, const pack_pair& b) { return {a.lo > b.lo, a.hi > b.hi}; }
   friend RECO_SIMD_INLINE mask_type operator<=(const pack_pair& a, const pack_pair& b) { return {a.lo <= b.lo, a.hi <= b.hi}; }

@@ -39,11 +39,6 @@ struct packed_kernel {
   using C = typename P::counter_type;
   static constexpr int L = io::L;
   using context = basic_token_context<P>;
-  // Two full packs computed as one value (pack_pair.hpp), where the body's chain of dependent
-  // operations, not its instruction count, would set the pace: the 16-float packs of AVX-512.
-  using pair = simd::pack_pair<P>;
-  using pair_mask = typename pair::mask_type;
-  static constexpr bool pairs = !std::is_same_v<T, double> && L == 16;
 
   template <class R, class = void>
   struct ratio_ok : std::false_type {};
@@ -92,6 +87,11 @@ struct packed_kernel {
   // every earlier version), and the diagnostics over the same blocks into the chunk's lanes.
   static constexpr int block = 8;
   static constexpr bool float_lanes = !std::is_same_v<P, D>;
+  // Two full packs computed as one value (pack_pair.hpp), where one pack's chain of dependent
+  // operations would leave the vector units waiting: the 16-float packs of AVX-512.
+  using pair = simd::pack_pair<P>;
+  using pair_mask = typename pair::mask_type;
+  static constexpr bool pairs = float_lanes && L == 16;
 
   // What the sums take from one pack: the token body's terms, kept in a block's buffer between
   // the two phases of a block (the body of up to `block` packs, then their sums), so that the
