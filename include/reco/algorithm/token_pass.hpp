@@ -15,6 +15,7 @@
 #include "reco/component.hpp"
 #include "reco/detail/math.hpp"
 #include "reco/result.hpp"
+#include "reco/select/covariance.hpp"
 #include "reco/select/top_entropy.hpp"
 
 RECO_NAMESPACE_BEGIN
@@ -110,8 +111,14 @@ struct token_fn {
   // r.capped of the responses whose first valid token it holds.
   bool weighs = false;
 
+  // What the objective's selector can hand the pass: kept flags (an entropy or 80/20 selection) or
+  // a list of removed tokens (Clip-Cov). A pass for an objective without a selection compiles no
+  // per-token test of either.
+  using selector_type = typename Obj::selector_type;
+  static constexpr bool may_keep = selector_type::active && !is_covariance_selection_v<selector_type>;
+  static constexpr bool may_remove = is_covariance_selection_v<selector_type>;
   // Whether a selection decides the policy tokens (else every valid token is one).
-  RECO_HOST_DEVICE bool selects() const { return kept != nullptr || removed_count > 0; }
+  RECO_HOST_DEVICE bool selects() const { return (may_keep && kept != nullptr) || (may_remove && removed_count > 0); }
   // The first removed position at or after t (a lower bound written out: std::lower_bound is not
   // callable from the device code this struct also compiles into, where the list is empty).
   RECO_HOST_DEVICE const index_t* removed_from(index_t t) const {
@@ -197,11 +204,13 @@ struct token_fn {
       c.advantage = b.advantage_at(t, adv);
       c.sequence_log_ratio = v.sequence_log_ratio;
       c.entropy_quantile = v.entropy_quantile;
-      bool keep = kept == nullptr || kept[t];
-      while (next_removed != removed_end && *next_removed < t) ++next_removed;
-      if (next_removed != removed_end && *next_removed == t) {
-        keep = false;
-        ++next_removed;
+      bool keep = !may_keep || kept == nullptr || kept[t];
+      if constexpr (may_remove) {
+        while (next_removed != removed_end && *next_removed < t) ++next_removed;
+        if (next_removed != removed_end && *next_removed == t) {
+          keep = false;
+          ++next_removed;
+        }
       }
       const double ref = kl_on || checks.ref_logp ? static_cast<double>(b.ref_logp[t]) : 0.0;
       if (check)

@@ -441,12 +441,17 @@ struct packed_kernel {
     c.advantage = v.advantage;
     c.sequence_log_ratio = v.sequence_log_ratio;
     c.entropy_quantile = v.entropy_quantile;
-    mask policy = f.kept ? valid && flags<V, Full>(f.kept + t, n) : valid;
-    if constexpr (paired<V>) {
-      policy.lo = removed.remove(policy.lo, t, L);
-      policy.hi = removed.remove(policy.hi, t + L, L);
-    } else {
-      policy = removed.remove(policy, t, n);
+    mask policy = valid;
+    if constexpr (token_fn<Obj, T>::may_keep) {
+      if (f.kept) policy = valid && flags<V, Full>(f.kept + t, n);
+    }
+    if constexpr (token_fn<Obj, T>::may_remove) {
+      if constexpr (paired<V>) {
+        policy.lo = removed.remove(policy.lo, t, L);
+        policy.hi = removed.remove(policy.hi, t + L, L);
+      } else {
+        policy = removed.remove(policy, t, n);
+      }
     }
     V scale = v.policy_scale;
     V weight = V(0.0);
