@@ -342,7 +342,9 @@ TEST(Covariance, OneReadOfAResponseAsTheTwoPasses) {
     for (bool keyed : {false, true}) {
       const std::size_t f = expect_one_loop_as_two_passes<float>(m, keyed);
       const std::size_t d = expect_one_loop_as_two_passes<double>(m, keyed);
-      if (keyed) EXPECT_GT(f + d, 0u) << "some tokens pass the keyed test";
+      if (keyed) {
+        EXPECT_GT(f + d, 0u) << "some tokens pass the keyed test";
+      }
     }
   }
   batch_spec spec;
