@@ -118,7 +118,9 @@ struct token_fn {
   static constexpr bool may_keep = selector_type::active && !is_covariance_selection_v<selector_type>;
   static constexpr bool may_remove = is_covariance_selection_v<selector_type>;
   // Whether a selection decides the policy tokens (else every valid token is one).
-  RECO_HOST_DEVICE bool selects() const { return (may_keep && kept != nullptr) || (may_remove && removed_count > 0); }
+  RECO_HOST_DEVICE bool selects() const {
+    return (may_keep && kept != nullptr) || (may_remove && removed_count > 0);
+  }
   // The first removed position at or after t (a lower bound written out: std::lower_bound is not
   // callable from the device code this struct also compiles into, where the list is empty).
   RECO_HOST_DEVICE const index_t* removed_from(index_t t) const {
