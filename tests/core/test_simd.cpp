@@ -375,6 +375,115 @@ TEST(SimdFloat, ExpExpm1AndExcessWithinTheirBounds) {
 #endif
 }
 
+// The forms for arguments a caller keeps within |x| <= 64 (no range clamp; expm1 with one power
+// of two) against the general ones: the same bits, float and double packs; and the float token
+// variance at each width against the double one.
+template <int L, int D>
+RECO_SIMD_INLINE int within_mismatches(const float* x, int n) {
+  using Q = reco::simd::fpack<L>;
+  using DP = reco::simd::pack<D>;
+  int bad = 0;
+  for (int k = 0; k < n; k += L) {
+    const Q v = reco::simd::fload<L>(x + k);
+    Q m, m_within;
+    const Q ex = reco::detail::lanes<Q>::expm1_excess(v, m);
+    const Q ex_within = reco::detail::vexpm1_excess_within(v, m_within);
+    float got[6][L];
+    reco::simd::fstore<L>(got[0], reco::simd::exp(v));
+    reco::simd::fstore<L>(got[1], reco::detail::vexp_within(v));
+    reco::simd::fstore<L>(got[2], m);
+    reco::simd::fstore<L>(got[3], m_within);
+    reco::simd::fstore<L>(got[4], ex);
+    reco::simd::fstore<L>(got[5], ex_within);
+    for (int f = 0; f < 6; f += 2) bad += std::memcmp(got[f], got[f + 1], sizeof(got[f])) != 0;
+    for (int h = 0; h < L; h += D) {
+      double d[D], de[D], de_within[D];
+      for (int j = 0; j < D; ++j) d[j] = static_cast<double>(x[k + h + j]) * 1.0000001;
+      const DP dv = reco::simd::load<D>(d);
+      reco::simd::store<D>(de, reco::simd::exp(dv));
+      reco::simd::store<D>(de_within, reco::detail::vexp_within(dv));
+      bad += std::memcmp(de, de_within, sizeof(de)) != 0;
+    }
+  }
+  return bad;
+}
+template <int L>
+RECO_SIMD_INLINE void float_variance(const float* x, float* v, int n, double floor) {
+  for (int k = 0; k < n; k += L)
+    reco::simd::fstore<L>(v + k, reco::detail::bernoulli_variance(reco::simd::fload<L>(x + k), floor));
+}
+int within_unit(const float* x, int n) { return within_mismatches<FL, W>(x, n); }
+void variance_unit(const float* x, float* v, int n, double floor) { float_variance<FL>(x, v, n, floor); }
+#if RECO_SIMD_DISPATCH_AVX512
+RECO_SIMD_TARGET_AVX512 int within_avx512(const float* x, int n) { return within_mismatches<16, 8>(x, n); }
+RECO_SIMD_TARGET_AVX512 void variance_avx512(const float* x, float* v, int n, double floor) {
+  float_variance<16>(x, v, n, floor);
+}
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+RECO_SIMD_TARGET_AVX2 int within_avx2(const float* x, int n) { return within_mismatches<8, 4>(x, n); }
+RECO_SIMD_TARGET_AVX2 void variance_avx2(const float* x, float* v, int n, double floor) {
+  float_variance<8>(x, v, n, floor);
+}
+#endif
+
+TEST(SimdFloat, ExpWithinBoundsGivesTheClampedFormsBits) {
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<float> x;
+  for (double scale : {1e-20, 1e-4, 0.3, 0.35, 1.0, 5.0, 20.0, 40.0, 64.0}) {
+    for (int k = 0; k < 8000; ++k) x.push_back(static_cast<float>(scale * u(rng)));
+  }
+  for (float s : {0.0f, -0.0f, 20.0f, -20.0f, 64.0f, -64.0f, 0.34657359f, -0.34657359f}) x.push_back(s);
+  while (x.size() % 16 != 0) x.push_back(1.0f);
+  const int n = static_cast<int>(x.size());
+  EXPECT_EQ(within_unit(x.data(), n), 0) << "unit width";
+#if RECO_SIMD_DISPATCH_AVX512
+  if (reco::simd::dispatch() == reco::simd::level::avx512) {
+    EXPECT_EQ(within_avx512(x.data(), n), 0) << "avx512";
+  }
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+  if (reco::simd::dispatch() != reco::simd::level::baseline) {
+    EXPECT_EQ(within_avx2(x.data(), n), 0) << "avx2";
+  }
+#endif
+}
+
+void check_float_variance(void (*fn)(const float*, float*, int, double), const std::string& name) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<float> x;
+  for (int k = 0; k < 40000; ++k) {
+    const double r = u(rng);
+    x.push_back(static_cast<float>(r < 0.2 ? -1e-6 * u(rng)
+                                           : (r < 0.4 ? -std::ldexp(u(rng), -static_cast<int>(u(rng) * 30))
+                                                      : (r < 0.95 ? -100.0 * u(rng) : -1e4 * u(rng)))));
+  }
+  for (float s : {0.0f, -0.0f, -0.34657359f, -0.6931472f, -87.3f, -103.0f, -104.0f, -150.0f, -3e38f}) x.push_back(s);
+  while (x.size() % 16 != 0) x.push_back(-1.0f);
+  const int n = static_cast<int>(x.size());
+  std::vector<float> v(x.size());
+  const double smallest = std::numeric_limits<float>::min();
+  for (double floor : {0.0, 1e-40, 1e-12}) {
+    fn(x.data(), v.data(), n, floor);
+    for (int j = 0; j < n; ++j) {
+      const double want = std::max(reco::detail::bernoulli_variance(static_cast<double>(x[j]), 0.0), std::max(floor, smallest));
+      ASSERT_LE(rel_u(v[j], want), 4.0) << name << " logq " << x[j] << " floor " << floor;
+    }
+  }
+}
+
+TEST(SimdFloat, BernoulliVarianceAtEachWidth) {
+  check_float_variance(variance_unit, "unit width");
+#if RECO_SIMD_DISPATCH_AVX512
+  if (reco::simd::dispatch() == reco::simd::level::avx512) check_float_variance(variance_avx512, "avx512");
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+  if (reco::simd::dispatch() != reco::simd::level::baseline) check_float_variance(variance_avx2, "avx2");
+#endif
+}
+
 TEST(SimdFloat, BernoulliVarianceWithinItsBoundAndFloored) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);

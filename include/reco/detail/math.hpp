@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include "reco/config.hpp"
 
@@ -70,6 +72,17 @@ template <class V>
 RECO_TOKEN_MATH V vexp(const V& x) {
   return lanes<V>::exp(x);
 }
+// exp(x) where the caller keeps |x| <= 64: a lane type may skip its range clamp
+// (lanes<V>::exp_within, the packs'), with the same values.
+template <class V, class = void>
+struct has_exp_within : std::false_type {};
+template <class V>
+struct has_exp_within<V, std::void_t<decltype(lanes<V>::exp_within(std::declval<const V&>()))>> : std::true_type {};
+template <class V>
+RECO_TOKEN_MATH V vexp_within(const V& x) {
+  if constexpr (has_exp_within<V>::value) return lanes<V>::exp_within(x);
+  else return lanes<V>::exp(x);
+}
 template <class V>
 RECO_TOKEN_MATH V vexpm1(const V& x) {
   return lanes<V>::expm1(x);
@@ -115,6 +128,19 @@ RECO_TOKEN_MATH V bernoulli_variance(const V& logq, double floor) {
 template <class V>
 RECO_TOKEN_MATH V vexpm1_excess(const V& x, V& em1) {
   return lanes<V>::expm1_excess(x, em1);
+}
+// The same where the caller keeps |x| <= 64: a lane type may then skip its range clamp
+// (lanes<V>::expm1_excess_within, the float packs'), with the same values.
+template <class V, class = void>
+struct has_expm1_excess_within : std::false_type {};
+template <class V>
+struct has_expm1_excess_within<V, std::void_t<decltype(lanes<V>::expm1_excess_within(std::declval<const V&>(),
+                                                                                   std::declval<V&>()))>>
+    : std::true_type {};
+template <class V>
+RECO_TOKEN_MATH V vexpm1_excess_within(const V& x, V& em1) {
+  if constexpr (has_expm1_excess_within<V>::value) return lanes<V>::expm1_excess_within(x, em1);
+  else return lanes<V>::expm1_excess(x, em1);
 }
 // Whether V computes in float (the token pass of float inputs; docs/conventions.md, "Precision").
 template <class V>

@@ -69,11 +69,13 @@ struct kl_penalty {
           passes = ec == e;
           e = ec;
         }
-        // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d|.
+        // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d| (in float too).
+        // Within the clamp the exponential needs no range clamp of its own.
         V em1;
-        V v = detail::vexpm1_excess(e, em1);  // expm1(e) - e, without its cancellation in float
+        V v = params.clamp ? detail::vexpm1_excess_within(e, em1) : detail::vexpm1_excess(e, em1);
         if (params.clamp) {
-          const V vc = detail::clampd(v, -10.0, 10.0);
+          // k3 >= 0: of the clamp to [-10, 10] only the upper bound can bite.
+          const V vc = detail::mind(v, V(10.0));
           passes = passes && vc == v;
           v = vc;
         }

@@ -23,6 +23,8 @@ RECO_TOKEN_MATH V clamped_exp(const V& l, double limit, mask_t<V>& passes) {
   if (limit > 0) {
     const V lc = mind(maxd(l, lo), hi);
     passes = lc == l;
+    // Within the default clamp (20) the exponential needs no range clamp of its own.
+    if (limit <= 64) return vexp_within(lc);
     return vexp(lc);
   }
   return vexp(l);

@@ -323,12 +323,10 @@ struct exp_parts {
   pack<W> inv_s1;  // 1 / s1
 };
 
+// The reduction of an x the caller keeps within the clamp below (or NaN): no clamp of its own.
 template <int W>
-RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
+RECO_SIMD_INLINE exp_parts<W> reduce_exp_within(const pack<W>& x) {
   typedef typename vectors<W>::u64 u64;
-  // Beyond these bounds exp is 0 or inf anyway; the clamp keeps k within the split's range
-  // (NaN passes through and gives NaN).
-  const pack<W> x = min_of(pack<W>(710.0), max_of(pack<W>(-746.0), input));
   const double shifter = 0x1.8p52;
   const pack<W> shifted = x * 0x1.71547652b82fep0 + shifter;  // x / ln2, rounded to an integer
   const pack<W> k = shifted - shifter;
@@ -356,6 +354,12 @@ RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
   e.s2 = pack<W>((typename pack<W>::raw)((b - e1) << 52));
   e.inv_s1 = pack<W>((typename pack<W>::raw)((2046u - e1) << 52));
   return e;
+}
+template <int W>
+RECO_SIMD_INLINE exp_parts<W> reduce_exp(const pack<W>& input) {
+  // Beyond these bounds exp is 0 or inf anyway; the clamp keeps k within the split's range
+  // (NaN passes through and gives NaN).
+  return reduce_exp_within(min_of(pack<W>(710.0), max_of(pack<W>(-746.0), input)));
 }
 
 // (1 + p) 2^k: AVX-512's scalef, one instruction that rounds once as the two products do (the
@@ -386,6 +390,11 @@ RECO_SIMD_INLINE pack<W> exp(const pack<W>& x) {
 template <int W>
 RECO_SIMD_INLINE pack<W> expm1(const pack<W>& x) {
   return expm1_from(reduce_exp(x));
+}
+// exp(x) for an x the caller keeps within |x| <= 64: the same value without the range clamp.
+template <int W>
+RECO_SIMD_INLINE pack<W> exp_within(const pack<W>& x) {
+  return exp_from(reduce_exp_within(x));
 }
 
 // ---- loads and stores ---------------------------------------------------------------------------
@@ -841,14 +850,14 @@ struct fexp_parts {
   fpack<L> excess;     // r^2 q(r) = expm1(r) - r
   fpack<L> s1, s2;     // 2^k = s1 s2, both normal numbers
   fpack<L> inv_s1;     // 1 / s1
+  fpack<L> power;      // 2^k itself: a normal number only where |x| <= 64 (reduce_exp_within)
   typename fpack<L>::mask_type unreduced;  // k = 0: r is x itself
 };
 
+// The reduction of an x the caller keeps within |x| <= 64 (or NaN): no clamp of its own.
 template <int L>
-RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
+RECO_SIMD_INLINE fexp_parts<L> reduce_exp_within(const fpack<L>& x) {
   typedef typename fvectors<L>::u32 u32;
-  // Beyond these bounds exp is 0 or inf in float anyway (NaN passes through).
-  const fpack<L> x = min_of(fpack<L>(89.0), max_of(fpack<L>(-104.0), input));
   const float shifter = 0x1.8p23f;
   const fpack<L> shifted = x * fpack<L>(0x1.715476p0) + fpack<L>(shifter);
   const fpack<L> k = shifted - fpack<L>(shifter);
@@ -866,7 +875,13 @@ RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
   e.s1 = fpack<L>((typename fpack<L>::raw)(e1 << 23));
   e.s2 = fpack<L>((typename fpack<L>::raw)((b - e1) << 23));
   e.inv_s1 = fpack<L>((typename fpack<L>::raw)((254u - e1) << 23));
+  e.power = fpack<L>((typename fpack<L>::raw)(((u32)shifted.v - (u32)fpack<L>(shifter).v + 127u) << 23));
   return e;
+}
+template <int L>
+RECO_SIMD_INLINE fexp_parts<L> reduce_exp(const fpack<L>& input) {
+  // Beyond these bounds exp is 0 or inf in float anyway (NaN passes through).
+  return reduce_exp_within(min_of(fpack<L>(89.0), max_of(fpack<L>(-104.0), input)));
 }
 template <int L>
 RECO_SIMD_INLINE fpack<L> exp_from(const fexp_parts<L>& e) {
@@ -883,6 +898,12 @@ template <int L>
 RECO_SIMD_INLINE fpack<L> expm1_from(const fexp_parts<L>& e) {
   return e.s1 * (e.s2 * e.p + (e.s2 - e.inv_s1));
 }
+// The same for |x| <= 64, with the one factor 2^k: 2^k p + (2^k - 1) rounds as the form above
+// (scaling by a power of two commutes with rounding in the normal range), the same bits.
+template <int L>
+RECO_SIMD_INLINE fpack<L> expm1_within_from(const fexp_parts<L>& e) {
+  return e.power * e.p + (e.power - fpack<L>(1.0));
+}
 template <int L>
 RECO_SIMD_INLINE fpack<L> exp(const fpack<L>& x) {
   return exp_from(reduce_exp(x));
@@ -890,6 +911,10 @@ RECO_SIMD_INLINE fpack<L> exp(const fpack<L>& x) {
 template <int L>
 RECO_SIMD_INLINE fpack<L> expm1(const fpack<L>& x) {
   return expm1_from(reduce_exp(x));
+}
+template <int L>
+RECO_SIMD_INLINE fpack<L> exp_within(const fpack<L>& x) {
+  return exp_from(reduce_exp_within(x));
 }
 
 // Loads, stores and flags of L floats, as those of doubles above; with mask registers the
@@ -1255,6 +1280,7 @@ struct lanes<simd::pack<W>> {
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }  // b > a ? b : a
   static RECO_SIMD_INLINE bool any(const mask& m) { return simd::any(m); }
   static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
+  static RECO_SIMD_INLINE pack exp_within(const pack& x) { return simd::exp_within(x); }
   static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
   // Lane by lane through the C library (only DPPO's binary-KL region needs a log).
   static RECO_SIMD_INLINE pack log(const pack& x) {
@@ -1288,6 +1314,7 @@ struct lanes<simd::fpack<L>> {
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }
   static RECO_SIMD_INLINE bool any(const mask& m) { return simd::any(m); }
   static RECO_SIMD_INLINE pack exp(const pack& x) { return simd::exp(x); }
+  static RECO_SIMD_INLINE pack exp_within(const pack& x) { return simd::exp_within(x); }
   static RECO_SIMD_INLINE pack expm1(const pack& x) { return simd::expm1(x); }
   static RECO_SIMD_INLINE pack log(const pack& x) {
     float v[L];
@@ -1297,19 +1324,21 @@ struct lanes<simd::fpack<L>> {
   }
   // The floor is at least the smallest normal float (2^-126): below it q (1 - q) is a subnormal
   // with fewer significant bits, so the floor decides there.
+  // A log-probability is at most 0 (the pass checks it), so of exp's range clamp only the lower
+  // bound can bite.
   static RECO_SIMD_INLINE pack bernoulli_variance(const pack& logq, double floor) {
-    const simd::fexp_parts<L> e = simd::reduce_exp(logq);
+    const simd::fexp_parts<L> e = simd::reduce_exp_within(simd::max_of(pack(-104.0), logq));
     const pack q = simd::exp_from(e);
     const double f = floor > 0x1p-126 ? floor : 0x1p-126;
 #if RECO_SIMD_OPAQUE_MASKS
     if constexpr (simd::uses_kmask<L>) {
-      // 1 - q = -expm1(logq) = -(2^k p + (2^k - 1)) by two scalefs: a log-probability has k <= 0,
-      // so 2^k never overflows, and -expm1 is within 3u of 1 - q at every q (no cancellation as
-      // q -> 1; 1 - q >= 0.29 where k < 0), so no select between the two forms.
-      typename pack::raw scaled, power;
-      __asm__("vscalefps %2, %1, %0" : "=v"(scaled) : "v"(e.p.v), "v"(e.k.v));
+      // 1 - q = -expm1(logq) = (1 - 2^k) - 2^k p, 2^k by a scalef and the product exact in the
+      // fused multiply-add: k <= 0, so 2^k never overflows, and -expm1 is within 3u of 1 - q at
+      // every q (no cancellation as q -> 1; 1 - q >= 0.29 where k < 0), so no select between the
+      // two forms.
+      typename pack::raw power;
       __asm__("vscalefps %2, %1, %0" : "=v"(power) : "v"(pack(1.0).v), "v"(e.k.v));
-      const pack one_minus_q = (pack(1.0) - pack(power)) - pack(scaled);
+      const pack one_minus_q = (pack(1.0) - pack(power)) - pack(power) * e.p;
       return simd::max_of(q * one_minus_q, pack(f));
     }
 #endif
@@ -1322,6 +1351,12 @@ struct lanes<simd::fpack<L>> {
   static RECO_SIMD_INLINE pack expm1_excess(const pack& x, pack& em1) {
     const simd::fexp_parts<L> e = simd::reduce_exp(x);
     em1 = simd::expm1_from(e);
+    return simd::select(e.unreduced, e.excess, em1 - x);
+  }
+  // The same for |x| <= 64 (a caller's clamp): no range clamp, 2^k as one factor.
+  static RECO_SIMD_INLINE pack expm1_excess_within(const pack& x, pack& em1) {
+    const simd::fexp_parts<L> e = simd::reduce_exp_within(x);
+    em1 = simd::expm1_within_from(e);
     return simd::select(e.unreduced, e.excess, em1 - x);
   }
 #if RECO_SIMD_OPAQUE_MASKS
