@@ -50,6 +50,7 @@ struct lanes<float_lane> {
   RECO_HOST_DEVICE static V max(const V& a, const V& b) { return a.v < b.v ? b : a; }
   RECO_HOST_DEVICE static bool any(bool m) { return m; }
   RECO_HOST_DEVICE static V exp(const V& x) { return V::of(::expf(x.v)); }
+  RECO_HOST_DEVICE static V exp_within(const V& x) { return exp(x); }
   RECO_HOST_DEVICE static V expm1(const V& x) { return V::of(::expm1f(x.v)); }
   RECO_HOST_DEVICE static V log(const V& x) { return V::of(::logf(x.v)); }
   // As the float packs' form (reco/backend/cpu/simd.hpp): 1 - q from expm1 above q = 1/2, and a
@@ -74,6 +75,7 @@ struct lanes<float_lane> {
     }
     return V::of(em1.v - r);
   }
+  RECO_HOST_DEVICE static V expm1_excess_within(const V& x, V& em1) { return expm1_excess(x, em1); }
   static constexpr bool single_precision = true;
 };
 

@@ -6,8 +6,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
-#include <utility>
 
 #include "reco/config.hpp"
 
@@ -41,6 +39,7 @@ struct lanes<double> {
   RECO_HOST_DEVICE static double max(double a, double b) { return a < b ? b : a; }
   RECO_HOST_DEVICE static bool any(bool m) { return m; }
   RECO_HOST_DEVICE static double exp(double x) { return ::exp(x); }
+  RECO_HOST_DEVICE static double exp_within(double x) { return ::exp(x); }
   RECO_HOST_DEVICE static double expm1(double x) { return ::expm1(x); }
   RECO_HOST_DEVICE static double log(double x) { return ::log(x); }
   // q (1 - q) for q = exp(logq), floored: 1 - q from 1 - exp when q < 1/2 (no cancellation
@@ -56,6 +55,7 @@ struct lanes<double> {
     em1 = ::expm1(x);
     return em1 - x;
   }
+  RECO_HOST_DEVICE static double expm1_excess_within(double x, double& em1) { return expm1_excess(x, em1); }
   static constexpr bool single_precision = false;
 };
 
@@ -72,16 +72,11 @@ template <class V>
 RECO_TOKEN_MATH V vexp(const V& x) {
   return lanes<V>::exp(x);
 }
-// exp(x) where the caller keeps |x| <= 64: a lane type may skip its range clamp
-// (lanes<V>::exp_within, the packs'), with the same values.
-template <class V, class = void>
-struct has_exp_within : std::false_type {};
-template <class V>
-struct has_exp_within<V, std::void_t<decltype(lanes<V>::exp_within(std::declval<const V&>()))>> : std::true_type {};
+// exp(x) where the caller keeps |x| <= 64: the packs skip their range clamp there, with the
+// same values; one value is exp itself.
 template <class V>
 RECO_TOKEN_MATH V vexp_within(const V& x) {
-  if constexpr (has_exp_within<V>::value) return lanes<V>::exp_within(x);
-  else return lanes<V>::exp(x);
+  return lanes<V>::exp_within(x);
 }
 template <class V>
 RECO_TOKEN_MATH V vexpm1(const V& x) {
@@ -129,18 +124,11 @@ template <class V>
 RECO_TOKEN_MATH V vexpm1_excess(const V& x, V& em1) {
   return lanes<V>::expm1_excess(x, em1);
 }
-// The same where the caller keeps |x| <= 64: a lane type may then skip its range clamp
-// (lanes<V>::expm1_excess_within, the float packs'), with the same values.
-template <class V, class = void>
-struct has_expm1_excess_within : std::false_type {};
-template <class V>
-struct has_expm1_excess_within<V, std::void_t<decltype(lanes<V>::expm1_excess_within(std::declval<const V&>(),
-                                                                                   std::declval<V&>()))>>
-    : std::true_type {};
+// The same where the caller keeps |x| <= 64: the float packs skip their range clamp there, with
+// the same values.
 template <class V>
 RECO_TOKEN_MATH V vexpm1_excess_within(const V& x, V& em1) {
-  if constexpr (has_expm1_excess_within<V>::value) return lanes<V>::expm1_excess_within(x, em1);
-  else return lanes<V>::expm1_excess(x, em1);
+  return lanes<V>::expm1_excess_within(x, em1);
 }
 // Whether V computes in float (the token pass of float inputs; docs/conventions.md, "Precision").
 template <class V>

@@ -70,14 +70,17 @@ struct kl_penalty {
           e = ec;
         }
         // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d| (in float too).
-        // Within the clamp the exponential needs no range clamp of its own.
         V em1;
-        V v = params.clamp ? detail::vexpm1_excess_within(e, em1) : detail::vexpm1_excess(e, em1);
+        V v;
         if (params.clamp) {
-          // k3 >= 0: of the clamp to [-10, 10] only the upper bound can bite.
+          // Within the clamp the exponential needs no range clamp of its own; k3 >= 0, so of the
+          // clamp to [-10, 10] only the upper bound can bite.
+          v = detail::vexpm1_excess_within(e, em1);
           const V vc = detail::mind(v, V(10.0));
           passes = passes && vc == v;
           v = vc;
+        } else {
+          v = detail::vexpm1_excess(e, em1);
         }
         k = {v, detail::select(passes, -em1, V(0.0))};
         break;

@@ -72,7 +72,7 @@ struct lanes<simd::pack_pair<P>> {
   static RECO_SIMD_INLINE pair max(const pair& a, const pair& b) { return {one::max(a.lo, b.lo), one::max(a.hi, b.hi)}; }
   static RECO_SIMD_INLINE bool any(const mask& m) { return one::any(m.lo || m.hi); }
   static RECO_SIMD_INLINE pair exp(const pair& x) { return {one::exp(x.lo), one::exp(x.hi)}; }
-  static RECO_SIMD_INLINE pair exp_within(const pair& x) { return {vexp_within(x.lo), vexp_within(x.hi)}; }
+  static RECO_SIMD_INLINE pair exp_within(const pair& x) { return {one::exp_within(x.lo), one::exp_within(x.hi)}; }
   static RECO_SIMD_INLINE pair expm1(const pair& x) { return {one::expm1(x.lo), one::expm1(x.hi)}; }
   static RECO_SIMD_INLINE pair log(const pair& x) { return {one::log(x.lo), one::log(x.hi)}; }
   static RECO_SIMD_INLINE pair bernoulli_variance(const pair& logq, double floor) {
@@ -82,7 +82,7 @@ struct lanes<simd::pack_pair<P>> {
     return {one::expm1_excess(x.lo, em1.lo), one::expm1_excess(x.hi, em1.hi)};
   }
   static RECO_SIMD_INLINE pair expm1_excess_within(const pair& x, pair& em1) {
-    return {vexpm1_excess_within(x.lo, em1.lo), vexpm1_excess_within(x.hi, em1.hi)};
+    return {one::expm1_excess_within(x.lo, em1.lo), one::expm1_excess_within(x.hi, em1.hi)};
   }
   static constexpr bool single_precision = one::single_precision;
 };

@@ -1301,6 +1301,7 @@ struct lanes<simd::pack<W>> {
     em1 = simd::expm1(x);
     return em1 - x;
   }
+  static RECO_SIMD_INLINE pack expm1_excess_within(const pack& x, pack& em1) { return expm1_excess(x, em1); }
   static constexpr bool single_precision = false;
 };
 
