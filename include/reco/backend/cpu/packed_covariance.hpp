@@ -155,37 +155,47 @@ struct response_sums_and_hits_pass {
     if (f.test.keyed) loop<W, true>(f);
     else loop<W, false>(f);
   }
-  // The loop's constants and sums (a member function, not a lambda, steps them: the dispatched
-  // variants must inline every pack function, at every optimisation level).
+  // The loop's inputs, constants and sums (a member function, not a lambda, steps them: the
+  // dispatched variants must inline every pack function, at every optimisation level). Its
+  // vectors are written and read whole, never a lane by a variable index (which would keep the
+  // whole state in memory, the sums' additions waiting on a store and a load each), and the
+  // inputs are copied here: the band's stores could alias them in `test`.
   template <int W>
   struct lanes_state {
     static constexpr int packs = sum_lanes / W;
     using P = simd::pack<W>;
     typedef typename simd::vectors<W>::u64 U;
+    const T* logp;
+    const std::uint8_t* mask;
+    index_t t0;
     P mean_logp, lo, hi, c;
-    U lane{}, base, below;
+    U lane, base, below;
     P s[packs], n[packs];
     RECO_SIMD_INLINE explicit lanes_state(const covariance_block_hits_fn<T>& test)
-        : mean_logp(test.m.logp),
+        : logp(test.b.logp),
+          mask(test.b.mask),
+          t0(test.t0),
+          mean_logp(test.m.logp),
           lo(test.lo),
           hi(test.hi),
           c(P(test.response_adv) - P(test.m.adv)),
           base(U{} + (test.seed_bits ^ (static_cast<std::uint64_t>(test.response) << 32))),
           below(U{} + test.key_below) {
-      for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
+      std::uint64_t iota[W];
+      for (int k = 0; k < W; ++k) iota[k] = static_cast<std::uint64_t>(k);
+      std::memcpy(&lane, iota, sizeof lane);
     }
   };
   // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test (keyed:
   // the positions in the band into `band`).
   template <int W, bool Keyed, class Hit>
-  static RECO_SIMD_INLINE void step(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
-                                    Hit* hit, band_positions& band) {
+  static RECO_SIMD_INLINE void step(lanes_state<W>& st, index_t u, Hit* hit, band_positions& band) {
 #if RECO_SIMD_OPAQUE_MASKS
     if constexpr (std::is_same_v<Hit, simd::kmask8>) {
       // The same steps with the lanes' truth values in mask registers.
       using P = simd::pack<W>;
-      const std::uint8_t* const mask = test.b.mask;
-      const P x = simd::load<W>(test.b.logp + u);
+      const std::uint8_t* const mask = st.mask;
+      const P x = simd::load<W>(st.logp + u);
       if (mask) {
         const simd::kmask8 ok = simd::k8_flags(mask + u);
         simd::k8_add(st.s[0], x, ok);
@@ -195,22 +205,21 @@ struct response_sums_and_hits_pass {
       }
       if (hit == nullptr) return;
       const simd::kmask8 in = simd::k8_in_band(st.c * (x - st.mean_logp), st.lo, st.hi);
-      if constexpr (Keyed) band.n += simd::compress_lanes(st.lane + static_cast<std::uint64_t>(u - test.t0), in, band.at + band.n);
+      if constexpr (Keyed) band.n += simd::compress_lanes(st.lane + static_cast<std::uint64_t>(u - st.t0), in, band.at + band.n);
       else *hit = *hit || in;
     } else
 #endif
     {
-      step_lanes<W, Keyed>(st, test, u, hit, band);
+      step_lanes<W, Keyed>(st, u, hit, band);
     }
   }
   template <int W, bool Keyed>
-  static RECO_SIMD_INLINE void step_lanes(lanes_state<W>& st, const covariance_block_hits_fn<T>& test, index_t u,
-                                          simd::mask<W>* hit, band_positions& band) {
+  static RECO_SIMD_INLINE void step_lanes(lanes_state<W>& st, index_t u, simd::mask<W>* hit, band_positions& band) {
     using P = simd::pack<W>;
-    const std::uint8_t* const mask = test.b.mask;
+    const std::uint8_t* const mask = st.mask;
     for (int p = 0; p < lanes_state<W>::packs; ++p) {
       const index_t v = u + p * W;
-      const P x = simd::load<W>(test.b.logp + v);
+      const P x = simd::load<W>(st.logp + v);
       if (mask) {
         const auto ok = simd::valid_lanes<W, true>(mask + v, W);
         st.s[p] += simd::select(ok, x, P(0.0));
@@ -222,7 +231,7 @@ struct response_sums_and_hits_pass {
       const P cov = st.c * (x - st.mean_logp);
       const auto in = cov > st.lo && cov <= st.hi;
       if constexpr (Keyed) {
-        band.n += simd::compress_lanes<W>(st.lane + static_cast<std::uint64_t>(v - test.t0), in, band.at + band.n);
+        band.n += simd::compress_lanes<W>(st.lane + static_cast<std::uint64_t>(v - st.t0), in, band.at + band.n);
       } else {
         *hit = *hit || in;
       }
@@ -272,19 +281,18 @@ struct response_sums_and_hits_pass {
       if (b.mask && (t & 63) < covariance_block) __builtin_prefetch(b.mask + t + 1024);
       if (Keyed && band.n > band_positions::capacity - covariance_block) hash_band<W>(st, test, band);
       Hit hit{};
-      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, test, u, &hit, band);
+      for (index_t u = t; u < t + covariance_block; u += sum_lanes) step<W, Keyed>(st, u, &hit, band);
       if (j % 64 == 0) test.hits[j / 64] = 0;
       if constexpr (!Keyed) test.hits[j / 64] |= static_cast<std::uint64_t>(simd::any(hit)) << (j % 64);
     }
     if constexpr (Keyed) hash_band<W>(st, test, band);
     index_t u = t;  // the lane sums' last whole 8 tokens, then their tail
-    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, test, u, static_cast<Hit*>(nullptr), band);
+    for (; u + sum_lanes <= e; u += sum_lanes) step<W, Keyed>(st, u, static_cast<Hit*>(nullptr), band);
     double acc[sum_lanes], count[sum_lanes];
-    for (int p = 0; p < lanes_state<W>::packs; ++p)
-      for (int k = 0; k < W; ++k) {
-        acc[p * W + k] = st.s[p][k];
-        count[p * W + k] = st.n[p][k];
-      }
+    for (int p = 0; p < lanes_state<W>::packs; ++p) {
+      simd::store(acc + p * W, st.s[p]);
+      simd::store(count + p * W, st.n[p]);
+    }
     std::uint64_t valid = static_cast<std::uint64_t>(e - t0);
     covariance_sums out;
     out.logp = lane_sum_finish(acc, count, b.logp, b.mask, u, e, &valid);

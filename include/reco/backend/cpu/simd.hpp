@@ -417,6 +417,17 @@ RECO_SIMD_INLINE pack<W> load(const T* src) {
     return pack<W>((typename pack<W>::raw)_mm_cvtps_pd(_mm_castpd_ps(_mm_set_sd(two))));
   }
 #endif
+#if RECO_SIMD_OPAQUE_MASKS
+  // Eight floats: one vcvtps2pd into the whole register (g++ 12 converts the two halves apart
+  // and joins them: five instructions for two).
+  if constexpr (sizeof(T) == 4 && W == 8 && fits_register<64>) {
+    typename vectors<8>::f32 v;
+    std::memcpy(&v, src, sizeof(v));
+    typename pack<8>::raw r;
+    __asm__("vcvtps2pd %1, %0" : "=v"(r) : "vm"(v));
+    return pack<8>(r);
+  }
+#endif
   if constexpr (sizeof(T) == 8) {
     typename pack<W>::raw v;
     std::memcpy(&v, src, sizeof(v));
