@@ -100,6 +100,13 @@ struct packed_kernel {
     P policy, kl, ppo_kl, x, variance, entropy;
     M valid, policy_mask, clipped, dual;
   };
+  // A block's terms, left unset: keep() writes each term that add() reads (the diagnostics' under
+  // the same switch), so the packs' zeroing constructors (some 3 KiB of stores per block of
+  // AVX-512 float packs) would only be overwritten.
+  union block_terms {
+    pack_terms at[block];
+    RECO_SIMD_INLINE block_terms() {}
+  };
 
   // The deferred value checks of a chunk: the log-probabilities by their keys, the rare
   // entropies and token weights by masks. The three log-probabilities are keyed whichever of
@@ -271,7 +278,8 @@ struct packed_kernel {
     third_cursor thirds(v, lo);
     // Blocks of up to `block` packs: their terms, then their sums.
     for (index_t t = lo; t < hi;) {
-      pack_terms terms[block];
+      block_terms block_of;
+      pack_terms* const terms = block_of.at;
       const index_t first = t;
       int packs = 0;
       if constexpr (pairs) {
