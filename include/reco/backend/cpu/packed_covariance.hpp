@@ -86,7 +86,7 @@ RECO_SIMD_INLINE simd::mask<W> keys_below(const typename simd::vectors<W>::u64& 
   h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
   h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
   h = (h ^ (h >> 31)) >> 11;
-  return simd::mask<W>((typename simd::mask<W>::raw)(h < below));
+  return simd::opaque_mask<simd::mask<W>>(h < below);
 }
 
 // covariance_block_hits_fn on packs: a block's covariances in double, W at a time (the same
@@ -249,7 +249,7 @@ struct response_sums_and_hits_pass {
       std::memcpy(&at, band.at + k, sizeof at);
       const U held = U{} + static_cast<std::uint64_t>(band.n - k);
       const auto hit = keys_below<W>(st.base, at, 0, st.below) &&
-                       simd::mask<W>((typename simd::mask<W>::raw)(st.lane < held));
+                       simd::opaque_mask<simd::mask<W>>(st.lane < held);
       if (!simd::any(hit)) continue;
       for (int l = 0; l < W; ++l) {
         if (!hit.v[l]) continue;
