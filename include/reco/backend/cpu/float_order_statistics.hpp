@@ -175,6 +175,10 @@ RECO_SIMD_TARGET_AVX512 inline void band_block_avx512(const float* v, const std:
   index_t b = 0, a = 0, g = k;
   for (index_t t = 0; t < n; t += 16) {
     const __mmask16 lanes = n - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - t)) - 1);
+    // One thread's stream of demand loads does not fill the memory's bandwidth: the lines 4 KiB
+    // ahead are asked for (and the mask's, once per 64 tokens).
+    _mm_prefetch(reinterpret_cast<const char*>(v + t + 1024), _MM_HINT_T0);
+    if (mask && (t & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(mask + t + 1024), _MM_HINT_T0);
     const __m512 x = _mm512_maskz_loadu_ps(lanes, v + t);
     const __mmask16 valid = mask ? _mm_mask_test_epi8_mask(lanes, _mm_maskz_loadu_epi8(lanes, mask + t),
                                                            _mm_set1_epi8(-1))
