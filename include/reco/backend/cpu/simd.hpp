@@ -404,7 +404,9 @@ template <int W>
 RECO_SIMD_INLINE mask<W> first_lanes(int n) {
   typename mask<W>::raw iota{};
   for (int k = 0; k < W; ++k) iota[k] = k;
-  return mask<W>(iota < n);
+  // Opaque as every comparison's mask: g++ 12 -O3 stopped with an internal compiler error
+  // (do_store_flag) expanding this one, folded into a double-lane token pass's AVX-512 variant.
+  return opaque_mask<mask<W>>(iota < n);
 }
 
 template <int W, class T>
@@ -948,7 +950,7 @@ RECO_SIMD_INLINE typename fpack<L>::mask_type ffirst_lanes(int n) {
   } else {
     typename fmask<L>::raw iota{};
     for (int k = 0; k < L; ++k) iota[k] = k;
-    return fmask<L>(iota < n);
+    return opaque_mask<fmask<L>>(iota < n);
   }
 }
 template <int L>
