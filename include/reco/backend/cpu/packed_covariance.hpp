@@ -31,21 +31,14 @@ struct lane_sum_pass {
     using P = simd::pack<W>;
     P s[packs], c[packs];
     if (mask) {
-      auto block = [&](index_t b) {
-        for (int p = 0; p < packs; ++p) {
-          const auto ok = simd::valid_lanes<W, true>(mask + b + p * W, W);
-          s[p] += simd::select(ok, simd::load<W>(x + b + p * W), P(0.0));  // read unmasked: no branch
-          c[p] += simd::select(ok, P(1.0), P(0.0));
-        }
-      };
       // Chunks of masked tokens only (a padded row's tail) are skipped: a lane's sum starts at +0
       // and so never is -0, and adding +0 to it changes no bit.
       for (; t + mask_chunk <= e; t += mask_chunk) {
         prefetch_chunk_ahead(x + t, mask + t);
         if (chunk_masked(mask + t, mask_chunk)) continue;
-        for (index_t b = t; b < t + mask_chunk; b += sum_lanes) block(b);
+        for (index_t b = t; b < t + mask_chunk; b += sum_lanes) block<W>(x, mask, b, s, c);
       }
-      for (; t + sum_lanes <= e; t += sum_lanes) block(t);
+      for (; t + sum_lanes <= e; t += sum_lanes) block<W>(x, mask, t, s, c);
     } else {
       for (; t + sum_lanes <= e; t += sum_lanes)
         for (int p = 0; p < packs; ++p) s[p] += simd::load<W>(x + t + p * W);
@@ -55,6 +48,18 @@ struct lane_sum_pass {
         acc[p * W + k] = s[p][k];
         count[p * W + k] = c[p][k];
       }
+  }
+  // The 8 masked tokens from b into the lanes (a member function, not a lambda: the dispatched
+  // variants must inline every pack function, at every optimisation level).
+  template <int W>
+  static RECO_SIMD_INLINE void block(const T* x, const std::uint8_t* mask, index_t b, simd::pack<W>* s,
+                                     simd::pack<W>* c) {
+    using P = simd::pack<W>;
+    for (int p = 0; p < sum_lanes / W; ++p) {
+      const auto ok = simd::valid_lanes<W, true>(mask + b + p * W, W);
+      s[p] += simd::select(ok, simd::load<W>(x + b + p * W), P(0.0));  // read unmasked: no branch
+      c[p] += simd::select(ok, P(1.0), P(0.0));
+    }
   }
 };
 // lane_sum_fn on packs.
