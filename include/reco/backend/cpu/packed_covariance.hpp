@@ -43,11 +43,10 @@ struct lane_sum_pass {
       for (; t + sum_lanes <= e; t += sum_lanes)
         for (int p = 0; p < packs; ++p) s[p] += simd::load<W>(x + t + p * W);
     }
-    for (int p = 0; p < packs; ++p)
-      for (int k = 0; k < W; ++k) {
-        acc[p * W + k] = s[p][k];
-        count[p * W + k] = c[p][k];
-      }
+    for (int p = 0; p < packs; ++p) {
+      simd::store(acc + p * W, s[p]);
+      simd::store(count + p * W, c[p]);
+    }
   }
   // The 8 masked tokens from b into the lanes (a member function, not a lambda: the dispatched
   // variants must inline every pack function, at every optimisation level).
@@ -112,8 +111,8 @@ struct block_hits_pass {
     const batch_pointers<T>& b = f.b;
     const P mean_adv(f.m.adv), mean_logp(f.m.logp), lo(f.lo), hi(f.hi);
     const P c = P(f.response_adv) - mean_adv;
-    U lane{};
-    for (int k = 0; k < W; ++k) lane[k] = static_cast<std::uint64_t>(k);
+    U lane;
+    simd::set_lane_indices<W>(lane);
     const U base = U{} + ((f.seed_bits ^ (static_cast<std::uint64_t>(f.response) << 32))), below = U{} + f.key_below;
     index_t t = f.t0, j = 0;
     for (; t + covariance_block <= f.e; t += covariance_block, ++j) {
@@ -186,9 +185,7 @@ struct response_sums_and_hits_pass {
           c(P(test.response_adv) - P(test.m.adv)),
           base(U{} + (test.seed_bits ^ (static_cast<std::uint64_t>(test.response) << 32))),
           below(U{} + test.key_below) {
-      std::uint64_t iota[W];
-      for (int k = 0; k < W; ++k) iota[k] = static_cast<std::uint64_t>(k);
-      std::memcpy(&lane, iota, sizeof lane);
+      simd::set_lane_indices<W>(lane);
     }
   };
   // The lane sums of the 8 tokens from u, and where `hit` is given their covariance test (keyed:

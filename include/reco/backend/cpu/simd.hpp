@@ -399,6 +399,15 @@ RECO_SIMD_INLINE pack<W> exp_within(const pack<W>& x) {
 
 // ---- loads and stores ---------------------------------------------------------------------------
 
+// Each lane's index, 0 to W - 1, as 64-bit integers into v: built in memory and loaded whole (a
+// vector set lane by lane through a variable index is kept in memory, and with it whatever holds
+// it). An out parameter: a returned 256- or 512-bit vector draws g++'s ABI warning at callers.
+template <int W>
+RECO_SIMD_INLINE void set_lane_indices(typename vectors<W>::u64& v) {
+  std::uint64_t k[W];
+  for (int j = 0; j < W; ++j) k[j] = static_cast<std::uint64_t>(j);
+  std::memcpy(&v, k, sizeof v);
+}
 // Lanes [0, n) on.
 template <int W>
 RECO_SIMD_INLINE mask<W> first_lanes(int n) {
