@@ -56,11 +56,19 @@ struct kl_penalty {
   RECO_TOKEN_MATH basic_kl_value<V> estimate(const V& logp, const V& ref_logp) const {
     using mask = detail::mask_t<V>;
     const V d = logp - ref_logp;
-    basic_kl_value<V> k;
+    // The value and gradient as values, the struct built once at the end: assigned as a struct
+    // in each case, g++ kept it in memory (a store and a load per field and pack).
+    V value = d, grad = V(1.0);  // k1
     switch (params.estimator) {
-      case kl_estimator::k1: k = {d, V(1.0)}; break;
-      case kl_estimator::abs: k = {detail::select(d < 0, -d, d), detail::sign(d)}; break;
-      case kl_estimator::k2: k = {0.5 * d * d, d}; break;
+      case kl_estimator::k1: break;
+      case kl_estimator::abs:
+        value = detail::select(d < 0, -d, d);
+        grad = detail::sign(d);
+        break;
+      case kl_estimator::k2:
+        value = 0.5 * d * d;
+        grad = d;
+        break;
       case kl_estimator::k3: {
         V e = -d;
         mask passes = true;
@@ -71,32 +79,35 @@ struct kl_penalty {
         }
         // exp(e) - e - 1 written as expm1(e) - e: no cancellation for small |d| (in float too).
         V em1;
-        V v;
         if (params.clamp) {
           // Within the clamp the exponential needs no range clamp of its own; k3 >= 0, so of the
           // clamp to [-10, 10] only the upper bound can bite.
-          v = detail::vexpm1_excess_within(e, em1);
-          const V vc = detail::mind(v, V(10.0));
-          passes = passes && vc == v;
-          v = vc;
+          value = detail::vexpm1_excess_within(e, em1);
+          const V vc = detail::mind(value, V(10.0));
+          passes = passes && vc == value;
+          value = vc;
         } else {
-          v = detail::vexpm1_excess(e, em1);
+          value = detail::vexpm1_excess(e, em1);
         }
-        k = {v, detail::select(passes, -em1, V(0.0))};
+        grad = detail::select(passes, -em1, V(0.0));
         break;
       }
     }
-    if (params.straight_through) k.grad = d;
-    return k;
+    if (params.straight_through) grad = d;
+    return {value, grad};
   }
 
   // The estimate at a token whose log-ratio to the sampling policy is `log_ratio` (the objective
   // calls this after estimate / eval): unchanged unless importance_weighted.
   template <class V>
   RECO_TOKEN_MATH basic_kl_value<V> reweight(const basic_kl_value<V>& k, const V& log_ratio) const {
-    if (!params.importance_weighted) return k;
-    const V r = detail::vexp(log_ratio);
-    return {k.value * r, (k.grad + k.value) * r};
+    V value = k.value, grad = k.grad;
+    if (params.importance_weighted) {
+      const V r = detail::vexp(log_ratio);
+      grad = (grad + value) * r;
+      value = value * r;
+    }
+    return {value, grad};
   }
 };
 
