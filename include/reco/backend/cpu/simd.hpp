@@ -741,7 +741,7 @@ struct kmask16 {
     return r;
   }
   // The lanes as an integer's bits (a general-purpose register).
-  RECO_SIMD_INLINE std::uint32_t bits() const { return kbits(v); }
+  RECO_SIMD_INLINE std::uint32_t bits() const { return v; }
 #else
   friend RECO_SIMD_INLINE kmask16 operator&&(const kmask16& a, const kmask16& b) { return of_bits(a.v & b.v); }
   friend RECO_SIMD_INLINE kmask16 operator||(const kmask16& a, const kmask16& b) { return of_bits(a.v | b.v); }
