@@ -484,6 +484,85 @@ TEST(SimdFloat, BernoulliVarianceAtEachWidth) {
 #endif
 }
 
+// The token pass's deferred log-probability check (simd::log_probability_keys) at each width: a
+// pack fails exactly when a lane holds what is not a log-probability (NaN of either sign, +-inf,
+// a value above 0), whichever lane and whatever the other lanes hold (+0, -0, -max among them).
+template <class X>
+std::vector<X> key_cases() {
+  using U = std::conditional_t<sizeof(X) == 4, std::uint32_t, std::uint64_t>;
+  constexpr int shift = 8 * sizeof(X) - 1;
+  const U sign = U(1) << shift, exponent = sizeof(X) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+  std::vector<X> v = {X(0), -X(0), -std::numeric_limits<X>::max(), X(-1), X(-0.5),
+                      -std::numeric_limits<X>::min(), -std::numeric_limits<X>::denorm_min(),
+                      std::numeric_limits<X>::denorm_min(), std::numeric_limits<X>::min(), X(1e-30), X(0.5),
+                      std::numeric_limits<X>::max(), std::numeric_limits<X>::infinity(),
+                      -std::numeric_limits<X>::infinity(), std::numeric_limits<X>::quiet_NaN(),
+                      -std::numeric_limits<X>::quiet_NaN()};
+  for (U bits : {exponent + 1, sign | (exponent + 1), ~U(0), ~U(0) >> 1, sign | 1, U(1)}) {
+    X x;
+    std::memcpy(&x, &bits, sizeof x);
+    v.push_back(x);
+  }
+  return v;
+}
+template <class Pack>
+struct key_load;
+template <int L>
+struct key_load<reco::simd::fpack<L>> {
+  static RECO_SIMD_INLINE reco::simd::fpack<L> from(const float* x) { return reco::simd::fload<L>(x); }
+};
+template <int D>
+struct key_load<reco::simd::pack<D>> {
+  static RECO_SIMD_INLINE reco::simd::pack<D> from(const double* x) { return reco::simd::load<D>(x); }
+};
+template <class X, class Pack, int N>
+RECO_SIMD_INLINE int key_errors() {
+  int bad = 0;
+  const std::vector<X> cases = key_cases<X>();
+  const X others[] = {X(0), -X(0), -std::numeric_limits<X>::max(), X(-2)};
+  for (const X c : cases) {
+    const bool want = !(c <= X(0) && c >= -std::numeric_limits<X>::max());
+    for (int j = 0; j < N; ++j)
+      for (const X other : others) {
+        X lanes[N];
+        for (int k = 0; k < N; ++k) lanes[k] = k % 2 ? other : X(-0.25);
+        lanes[j] = c;
+        reco::simd::log_probability_keys<Pack> keys;
+        X valid[N];
+        for (int k = 0; k < N; ++k) valid[k] = other;
+        keys.add(key_load<Pack>::from(valid));  // a valid pack before, as in a pass
+        keys.add(key_load<Pack>::from(lanes));
+        bad += keys.failed() != want;
+      }
+  }
+  return bad;
+}
+template <int L, int D>
+RECO_SIMD_INLINE int log_probability_key_errors() {
+  return key_errors<float, reco::simd::fpack<L>, L>() + key_errors<double, reco::simd::pack<D>, D>();
+}
+int keys_unit() { return log_probability_key_errors<FL, W>(); }
+#if RECO_SIMD_DISPATCH_AVX512
+RECO_SIMD_TARGET_AVX512 int keys_avx512() { return log_probability_key_errors<16, 8>(); }
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+RECO_SIMD_TARGET_AVX2 int keys_avx2() { return log_probability_key_errors<8, 4>(); }
+#endif
+
+TEST(Simd, LogProbabilityKeysFailExactlyOnWhatIsNotALogProbability) {
+  EXPECT_EQ(keys_unit(), 0) << "unit width";
+#if RECO_SIMD_DISPATCH_AVX512
+  if (reco::simd::dispatch() == reco::simd::level::avx512) {
+    EXPECT_EQ(keys_avx512(), 0) << "avx512";
+  }
+#endif
+#if RECO_SIMD_DISPATCH_AVX2
+  if (reco::simd::dispatch() != reco::simd::level::baseline) {
+    EXPECT_EQ(keys_avx2(), 0) << "avx2";
+  }
+#endif
+}
+
 TEST(SimdFloat, BernoulliVarianceWithinItsBoundAndFloored) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(0.0, 1.0);

@@ -1150,8 +1150,8 @@ RECO_SIMD_INLINE std::int64_t nonzero_bytes(const std::uint8_t* p, std::int64_t 
   return count;
 }
 
-// The log-probability check (finite and <= 0) on many packs at the cost of three integer
-// instructions each and no mask: a lane's key is its bits as a signed integer with the sign bit
+// The log-probability check (finite and <= 0) on many packs of doubles at the cost of three
+// integer instructions each and no mask: a lane's key is its bits as a signed integer with the sign bit
 // or-ed in where bits - 1 has it (that is, for +0 and the negatives), so +0 and every value in
 // [-max, -0] have a key at most the key of -max, and NaN, +-inf and positive values a larger one.
 // The largest key over the lanes decides whether some lane failed.
@@ -1177,10 +1177,28 @@ struct signed_key_max {
 };
 template <class P>
 struct log_probability_keys;
+// Floats at two instructions per pack: the largest bits as signed and as unsigned integers. As
+// signed integers +0 is 0, the values with the sign bit set (-0 to -inf, NaN so signed) lie below
+// it, and positive values, +inf and NaN without the sign above; as unsigned, +0 and [-max, -0] lie
+// at or below the bits of -max (0xff7fffff), -inf and NaN with the sign above. So a lane fails
+// exactly when its signed bits exceed 0 or its unsigned bits those of -max.
 template <int L>
-struct log_probability_keys<fpack<L>>
-    : signed_key_max<typename fvectors<L>::i32, typename fvectors<L>::u32, L, -8388609> {  // 0xff7fffff: -FLT_MAX
-  RECO_SIMD_INLINE void add(const fpack<L>& x) { this->add_bits(x.v); }
+struct log_probability_keys<fpack<L>> {
+  typedef typename fvectors<L>::i32 I;
+  typedef typename fvectors<L>::u32 U;
+  I top_signed = I{};
+  U top_unsigned = U{};
+  RECO_SIMD_INLINE void add(const fpack<L>& x) {
+    const I s = (I)x.v;
+    const U u = (U)x.v;
+    top_signed = top_signed > s ? top_signed : s;
+    top_unsigned = top_unsigned > u ? top_unsigned : u;
+  }
+  RECO_SIMD_INLINE bool failed() const {
+    bool f = false;
+    for (int k = 0; k < L; ++k) f = f || top_signed[k] > 0 || top_unsigned[k] > 0xff7fffffu;
+    return f;
+  }
 };
 template <int W>
 struct log_probability_keys<pack<W>>
