@@ -1150,59 +1150,41 @@ RECO_SIMD_INLINE std::int64_t nonzero_bytes(const std::uint8_t* p, std::int64_t 
   return count;
 }
 
-// The log-probability check (finite and <= 0) on many packs of doubles at the cost of three
-// integer instructions each and no mask: a lane's key is its bits as a signed integer with the sign bit
-// or-ed in where bits - 1 has it (that is, for +0 and the negatives), so +0 and every value in
-// [-max, -0] have a key at most the key of -max, and NaN, +-inf and positive values a larger one.
-// The largest key over the lanes decides whether some lane failed.
-// I, U: the signed and unsigned integer vectors of the pack's lanes; Lowest: the key of -max.
-template <class I, class U, int Lanes, std::int64_t Lowest>
-struct signed_key_max {
-  using S = std::decay_t<decltype(std::declval<I&>()[0])>;
+// The log-probability check (finite and <= 0) on many packs at two integer instructions each and
+// no mask: the largest bits of the lanes as signed and as unsigned integers. As signed integers +0
+// is 0, the values with the sign bit set (-0 to -inf, NaN so signed) lie below it, and positive
+// values, +inf and NaN without the sign above; as unsigned, +0 and [-max, -0] lie at or below the
+// bits of -max, -inf and NaN with the sign above. So some lane failed exactly when the signed
+// maximum exceeds 0 or the unsigned one the bits of -max.
+// I, U: the signed and unsigned integer vectors of the pack's lanes; Lowest: the bits of -max.
+template <class I, class U, int Lanes, std::uint64_t Lowest>
+struct bits_max_check {
   using E = std::decay_t<decltype(std::declval<U&>()[0])>;
-  static constexpr S lowest = static_cast<S>(Lowest);
-  static constexpr E sign = E(1) << (8 * sizeof(E) - 1);
-  I top = I{} + lowest;
-  template <class Raw>
-  RECO_SIMD_INLINE void add_bits(const Raw& v) {
-    const U b = (U)v;
-    const I key = (I)(b | ((b - 1u) & sign));
-    top = top > key ? top : key;
-  }
-  RECO_SIMD_INLINE bool failed() const {
-    S m = lowest;
-    for (int k = 0; k < Lanes; ++k) m = top[k] > m ? top[k] : m;
-    return m > lowest;
-  }
-};
-template <class P>
-struct log_probability_keys;
-// Floats at two instructions per pack: the largest bits as signed and as unsigned integers. As
-// signed integers +0 is 0, the values with the sign bit set (-0 to -inf, NaN so signed) lie below
-// it, and positive values, +inf and NaN without the sign above; as unsigned, +0 and [-max, -0] lie
-// at or below the bits of -max (0xff7fffff), -inf and NaN with the sign above. So a lane fails
-// exactly when its signed bits exceed 0 or its unsigned bits those of -max.
-template <int L>
-struct log_probability_keys<fpack<L>> {
-  typedef typename fvectors<L>::i32 I;
-  typedef typename fvectors<L>::u32 U;
   I top_signed = I{};
   U top_unsigned = U{};
-  RECO_SIMD_INLINE void add(const fpack<L>& x) {
-    const I s = (I)x.v;
-    const U u = (U)x.v;
+  template <class Raw>
+  RECO_SIMD_INLINE void add_bits(const Raw& v) {
+    const I s = (I)v;
+    const U u = (U)v;
     top_signed = top_signed > s ? top_signed : s;
     top_unsigned = top_unsigned > u ? top_unsigned : u;
   }
   RECO_SIMD_INLINE bool failed() const {
     bool f = false;
-    for (int k = 0; k < L; ++k) f = f || top_signed[k] > 0 || top_unsigned[k] > 0xff7fffffu;
+    for (int k = 0; k < Lanes; ++k) f = f || top_signed[k] > 0 || top_unsigned[k] > static_cast<E>(Lowest);
     return f;
   }
 };
+template <class P>
+struct log_probability_keys;
+template <int L>
+struct log_probability_keys<fpack<L>>
+    : bits_max_check<typename fvectors<L>::i32, typename fvectors<L>::u32, L, 0xff7fffffu> {  // -FLT_MAX
+  RECO_SIMD_INLINE void add(const fpack<L>& x) { this->add_bits(x.v); }
+};
 template <int W>
 struct log_probability_keys<pack<W>>
-    : signed_key_max<typename vectors<W>::i64, typename vectors<W>::u64, W, -4503599627370497> {  // -DBL_MAX
+    : bits_max_check<typename vectors<W>::i64, typename vectors<W>::u64, W, 0xffefffffffffffffull> {  // -DBL_MAX
   RECO_SIMD_INLINE void add(const pack<W>& x) { this->add_bits(x.v); }
 };
 
