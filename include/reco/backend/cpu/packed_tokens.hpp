@@ -513,12 +513,12 @@ struct packed_kernel {
       clipped.add(k.clipped);
       cs.dual.add(k.dual);
       bs.ppo_kl += k.ppo_kl;
-      bs.ratio_sum += simd::select(policy, k.x, P(0.0));
+      simd::add_where(policy, bs.ratio_sum, k.x);
       // x < min ? x : min on the policy lanes (a NaN ratio is left out, as by the scalar loop).
-      cs.ratio_min = simd::select(policy, simd::min_of(k.x, cs.ratio_min), cs.ratio_min);
-      cs.ratio_max = simd::select(policy, simd::max_of(k.x, cs.ratio_max), cs.ratio_max);
+      simd::min_where(policy, cs.ratio_min, k.x);
+      simd::max_where(policy, cs.ratio_max, k.x);
       if (f.b.entropy) {
-        if constexpr (float_lanes) bs.entropy_kept += simd::select(policy, k.entropy, P(0.0));
+        if constexpr (float_lanes) simd::add_where(policy, bs.entropy_kept, k.entropy);
         else simd::accumulate(cs.entropy_kept, simd::select(policy, k.entropy, P(0.0)));
       }
       // Thirds: d = t - first falls in third floor(3 d / span), i.e. positions from cut1 on are
