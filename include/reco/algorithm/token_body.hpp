@@ -138,6 +138,13 @@ RECO_TOKEN_MATH void set_logp_variance(basic_token_context<V>& c, const mask_t<V
   c.logp_variance = token_variance(c.logp, valid);
   c.has_logp_variance = true;
 }
+// The same on every lane of a pack: its invalid lanes hold their stand-ins' variance, which its
+// sums leave out (one blend per pack fewer).
+template <class V>
+RECO_TOKEN_MATH void set_logp_variance(basic_token_context<V>& c) {
+  c.logp_variance = bernoulli_variance(c.logp, 0.0);
+  c.has_logp_variance = true;
+}
 
 // ---- value checks of the per-token inputs --------------------------------------------------
 

@@ -97,7 +97,7 @@ struct packed_kernel {
   // the two phases of a block (the body of up to `block` packs, then their sums), so that the
   // body's arithmetic and the sums' registers are never live together.
   struct pack_terms {
-    P policy, kl, ppo_kl, x, variance, entropy;
+    P policy, kl, log_ratio, x, variance, entropy;
     M valid, policy_mask, clipped, dual;
   };
   // A block's terms, left unset: keep() writes each term that add() reads (the diagnostics' under
@@ -472,7 +472,7 @@ struct packed_kernel {
       ref = select(valid, load<V, Full>(b.ref_logp + t, n), V(-1.0));
     // The deferred value checks, on the valid lanes (where the stand-ins are the inputs).
     if (check) checks.add(f.checks, valid, c.logp, c.old_logp, ref, c.entropy, weight);
-    if (diag) set_logp_variance(c, valid);  // the diagnostic's, read by ReCo's ratio too
+    if (diag) set_logp_variance(c);  // the diagnostic's, read by ReCo's ratio too
 
     const token_terms<V> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
     if (term_on(f.obj.entropy) || f.grad_entropy) store<V, Full>(f.grad_entropy + t, k.entropy_grad, n);
@@ -491,11 +491,13 @@ struct packed_kernel {
     r.policy_mask = part<K>(policy);
     r.entropy = part<K>(c.entropy);
     if (diag) {
-      r.ppo_kl = part<K>(k.ppo_kl);
+      // ppo_kl's sum subtracts the log-ratio on the policy lanes: the bits of adding k.ppo_kl
+      // (old_logp - logp is -(logp - old_logp) exactly), the difference the ratio has computed.
+      r.log_ratio = part<K>(c.logp) - part<K>(c.old_logp);
       r.x = part<K>(k.x);
       r.clipped = part<K>(k.clipped);
       r.dual = part<K>(k.dual);
-      r.variance = part<K>(c.logp_variance);  // 0 on the invalid lanes
+      r.variance = part<K>(c.logp_variance);  // the sums mask the invalid lanes
     }
   }
 
@@ -512,7 +514,7 @@ struct packed_kernel {
     if (diag) {
       clipped.add(k.clipped);
       cs.dual.add(k.dual);
-      bs.ppo_kl += k.ppo_kl;
+      simd::sub_where(policy, bs.ppo_kl, k.log_ratio);
       simd::add_where(policy, bs.ratio_sum, k.x);
       // x < min ? x : min on the policy lanes (a NaN ratio is left out, as by the scalar loop).
       simd::min_where(policy, cs.ratio_min, k.x);
@@ -525,7 +527,7 @@ struct packed_kernel {
       // in the second, from cut2 on in the third; a pack that reaches past the next cut splits
       // its lanes.
       if (t + L <= thirds.next) {
-        thirds.sum += k.variance;  // 0 on the invalid lanes
+        simd::add_where(k.valid, thirds.sum, k.variance);
         thirds.count.add(k.valid);
       } else {
         add_split(v, k, t, cs, thirds);

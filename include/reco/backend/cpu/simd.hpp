@@ -859,10 +859,10 @@ RECO_SIMD_INLINE fpack<L> max_of(const fpack<L>& a, const fpack<L>& b) {
   return select(a > b, a, b);
 }
 #undef RECO_SIMD_MINMAX_PS
-// acc + x, min(x, acc) and max(x, acc) on the lanes of m, acc elsewhere (a pack's running sums and
+// acc + x, acc - x, min(x, acc) and max(x, acc) on the lanes of m, acc elsewhere (a pack's running sums and
 // extremes over its selected lanes; NaN x leaves acc, as min_of / max_of): with mask registers
-// one merge-masked instruction, not the operation and a blend. acc + 0 is acc unless acc is -0,
-// which sums started at +0 never hold, so both forms give the same bits.
+// one merge-masked instruction, not the operation and a blend. acc + 0 and acc - 0 are acc unless
+// acc is -0, which sums started at +0 never hold, so both forms give the same bits.
 template <class Pk>
 RECO_SIMD_INLINE void add_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
 #if RECO_SIMD_OPAQUE_MASKS
@@ -872,6 +872,16 @@ RECO_SIMD_INLINE void add_where(const typename Pk::mask_type& m, Pk& acc, const 
   }
 #endif
   acc += select(m, x, Pk(0.0));
+}
+template <class Pk>
+RECO_SIMD_INLINE void sub_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
+#if RECO_SIMD_OPAQUE_MASKS
+  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {
+    __asm__("vsubps %1, %0, %0%{%2%}" : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));
+    return;
+  }
+#endif
+  acc = acc - select(m, x, Pk(0.0));
 }
 template <class Pk>
 RECO_SIMD_INLINE void min_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
