@@ -104,7 +104,7 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
     const basic_surrogate_value<V> sv = policy_surrogate(obj, c);
     r.surrogate = select(policy, sv.loss, V(0.0));
     r.policy = select(policy, scale * sv.loss, V(0.0));
-    grad = grad + select(policy, scale * sv.grad, V(0.0));
+    grad = add_selected(policy, grad, scale * sv.grad);
     r.ppo_kl = select(policy, c.old_logp - c.logp, V(0.0));
     r.x = sv.x;
     r.clipped = policy && sv.clipped;
@@ -115,7 +115,7 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
       const auto& kl = term_of(obj.kl);
       const basic_kl_value<V> k = kl_at(kl, c, ref_logp);
       r.kl = select(valid, k.value, V(0.0));
-      grad = grad + select(valid, kl.params.beta * coef * k.grad, V(0.0));
+      grad = add_selected(valid, grad, kl.params.beta * coef * k.grad);
     }
   }
   r.grad = grad;

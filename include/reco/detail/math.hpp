@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include "reco/config.hpp"
 
@@ -67,6 +69,20 @@ using mask_t = typename lanes<V>::mask;
 template <class V>
 RECO_TOKEN_MATH V select(const mask_t<V>& m, const V& a, const V& b) {
   return lanes<V>::select(m, a, b);
+}
+// acc + (m ? x : 0). A lane type may add on m's lanes alone (lanes<V>::add_selected: AVX-512's
+// float packs, one merge-masked add instead of a blend and an add); the same value wherever acc
+// is not -0, which the per-token sums, started at +0, never are.
+template <class V, class = void>
+struct has_lane_add_selected : std::false_type {};
+template <class V>
+struct has_lane_add_selected<V, std::void_t<decltype(lanes<V>::add_selected(std::declval<const mask_t<V>&>(),
+                                                                        std::declval<const V&>(), std::declval<const V&>()))>>
+    : std::true_type {};
+template <class V>
+RECO_TOKEN_MATH V add_selected(const mask_t<V>& m, const V& acc, const V& x) {
+  if constexpr (has_lane_add_selected<V>::value) return lanes<V>::add_selected(m, acc, x);
+  else return acc + select(m, x, V(0.0));
 }
 template <class V>
 RECO_TOKEN_MATH V vexp(const V& x) {

@@ -68,6 +68,9 @@ struct lanes<simd::pack_pair<P>> {
   static RECO_SIMD_INLINE pair select(const mask& m, const pair& a, const pair& b) {
     return {one::select(m.lo, a.lo, b.lo), one::select(m.hi, a.hi, b.hi)};
   }
+  static RECO_SIMD_INLINE pair add_selected(const mask& m, const pair& acc, const pair& x) {
+    return {detail::add_selected(m.lo, acc.lo, x.lo), detail::add_selected(m.hi, acc.hi, x.hi)};
+  }
   static RECO_SIMD_INLINE pair min(const pair& a, const pair& b) { return {one::min(a.lo, b.lo), one::min(a.hi, b.hi)}; }
   static RECO_SIMD_INLINE pair max(const pair& a, const pair& b) { return {one::max(a.lo, b.lo), one::max(a.hi, b.hi)}; }
   static RECO_SIMD_INLINE bool any(const mask& m) { return one::any(m.lo || m.hi); }

@@ -477,15 +477,19 @@ struct packed_kernel {
     const token_terms<V> k = token_body(f.obj, c, valid, policy, ref, scale, v.coef);
     if (term_on(f.obj.entropy) || f.grad_entropy) store<V, Full>(f.grad_entropy + t, k.entropy_grad, n);
     store<V, Full>(f.grad_logp + t, k.grad, n);
-    keep<0>(f, k, c, valid, policy, diag, r[0]);
-    if constexpr (paired<V>) keep<1>(f, k, c, valid, policy, diag, r[1]);
+    keep<0>(f, k, c, valid, policy, scale, diag, r[0]);
+    if constexpr (paired<V>) keep<1>(f, k, c, valid, policy, scale, diag, r[1]);
   }
   // Pack K's part of the body's terms.
   template <int K, class V, class Diag>
   static RECO_SIMD_INLINE void keep(const token_fn<Obj, T>& f, const token_terms<V>& k, const basic_token_context<V>& c,
-                                    const mask_t<V>& valid, const mask_t<V>& policy, Diag diag, pack_terms& r) {
+                                    const mask_t<V>& valid, const mask_t<V>& policy, const V& scale, Diag diag,
+                                    pack_terms& r) {
+    // The surrogate, scaled per block or here: k.policy's value on the policy lanes, and +-0 off
+    // them (which a sum that never holds -0 adds as +0), so the body's own product and select
+    // are left unused.
     if (per_response_scale(f)) r.policy = part<K>(k.surrogate);
-    else r.policy = part<K>(k.policy);
+    else r.policy = part<K>(scale) * part<K>(k.surrogate);
     r.kl = part<K>(k.kl);
     r.valid = part<K>(valid);
     r.policy_mask = part<K>(policy);

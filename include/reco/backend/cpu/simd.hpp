@@ -1377,6 +1377,11 @@ struct lanes<simd::fpack<L>> {
   using pack = simd::fpack<L>;
   using mask = typename pack::mask_type;
   static RECO_SIMD_INLINE pack select(const mask& m, const pack& a, const pack& b) { return simd::select(m, a, b); }
+  static RECO_SIMD_INLINE pack add_selected(const mask& m, const pack& acc, const pack& x) {
+    pack r = acc;
+    simd::add_where(m, r, x);
+    return r;
+  }
   static RECO_SIMD_INLINE pack min(const pack& a, const pack& b) { return simd::min_of(b, a); }
   static RECO_SIMD_INLINE pack max(const pack& a, const pack& b) { return simd::max_of(b, a); }
   static RECO_SIMD_INLINE bool any(const mask& m) { return simd::any(m); }
