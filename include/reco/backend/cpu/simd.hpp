@@ -859,50 +859,40 @@ RECO_SIMD_INLINE fpack<L> max_of(const fpack<L>& a, const fpack<L>& b) {
   return select(a > b, a, b);
 }
 #undef RECO_SIMD_MINMAX_PS
-// acc + x, acc - x, min(x, acc) and max(x, acc) on the lanes of m, acc elsewhere (a pack's running sums and
-// extremes over its selected lanes; NaN x leaves acc, as min_of / max_of): with mask registers
-// one merge-masked instruction, not the operation and a blend. acc + 0 and acc - 0 are acc unless
-// acc is -0, which sums started at +0 never hold, so both forms give the same bits.
+// acc + x, acc - x, min(x, acc) and max(x, acc) on the lanes of m, acc elsewhere (a pack's running
+// sums and extremes over its selected lanes; NaN x leaves acc, as min_of / max_of): with mask
+// registers one merge-masked instruction, not the operation and a blend. acc + 0 and acc - 0 are
+// acc unless acc is -0, which sums started at +0 never hold, so both forms give the same bits.
+#if RECO_SIMD_OPAQUE_MASKS
+#define RECO_SIMD_MERGE_MASKED(instruction)                                 \
+  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {          \
+    __asm__(instruction : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));               \
+    return;                                                                 \
+  }
+#else
+#define RECO_SIMD_MERGE_MASKED(instruction)
+#endif
 template <class Pk>
 RECO_SIMD_INLINE void add_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
-#if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {
-    __asm__("vaddps %1, %0, %0%{%2%}" : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));
-    return;
-  }
-#endif
+  RECO_SIMD_MERGE_MASKED("vaddps %1, %0, %0%{%2%}")
   acc += select(m, x, Pk(0.0));
 }
 template <class Pk>
 RECO_SIMD_INLINE void sub_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
-#if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {
-    __asm__("vsubps %1, %0, %0%{%2%}" : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));
-    return;
-  }
-#endif
+  RECO_SIMD_MERGE_MASKED("vsubps %1, %0, %0%{%2%}")
   acc = acc - select(m, x, Pk(0.0));
 }
 template <class Pk>
 RECO_SIMD_INLINE void min_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
-#if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {
-    __asm__("vminps %0, %1, %0%{%2%}" : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));
-    return;
-  }
-#endif
+  RECO_SIMD_MERGE_MASKED("vminps %0, %1, %0%{%2%}")  // x < acc ? x : acc, as min_of(x, acc)
   acc = select(m, min_of(x, acc), acc);
 }
 template <class Pk>
 RECO_SIMD_INLINE void max_where(const typename Pk::mask_type& m, Pk& acc, const Pk& x) {
-#if RECO_SIMD_OPAQUE_MASKS
-  if constexpr (std::is_same_v<typename Pk::mask_type, kmask16>) {
-    __asm__("vmaxps %0, %1, %0%{%2%}" : "+v"(acc.v) : "v"(x.v), "Yk"(m.v));
-    return;
-  }
-#endif
+  RECO_SIMD_MERGE_MASKED("vmaxps %0, %1, %0%{%2%}")
   acc = select(m, max_of(x, acc), acc);
 }
+#undef RECO_SIMD_MERGE_MASKED
 
 // exp and expm1 in float, the reduction of the double ones above: x = k ln2 + r, |r| <= ln2 / 2,
 // ln2 split so that k ln2_hi is exact for every |k| <= 150 the clamp lets through, expm1(r) =
