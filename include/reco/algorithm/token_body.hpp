@@ -75,8 +75,7 @@ RECO_TOKEN_MATH basic_kl_value<V> kl_at(const K& kl, const basic_token_context<V
 // and lanes outside `policy` hold 0 in the policy-only fields, so a loop adds them as they are.
 template <class V>
 struct token_terms {
-  V policy = V(0.0);        // scale * surrogate loss (policy tokens)
-  V surrogate = V(0.0);     // the surrogate loss unscaled (policy tokens)
+  V surrogate = V(0.0);     // the surrogate loss unscaled (policy tokens); the sums scale it
   V grad = V(0.0);          // d loss / d logp: policy part + KL part; exactly +0 on invalid lanes
   V kl = V(0.0);            // the KL estimator's value, unscaled (valid tokens, KL term on)
   V entropy_grad = V(0.0);  // d loss / d entropy (valid tokens, entropy term on)
@@ -103,7 +102,6 @@ RECO_TOKEN_MATH token_terms<V> token_body(const Obj& obj, const basic_token_cont
   if (surrogate) {
     const basic_surrogate_value<V> sv = policy_surrogate(obj, c);
     r.surrogate = select(policy, sv.loss, V(0.0));
-    r.policy = select(policy, scale * sv.loss, V(0.0));
     grad = add_selected(policy, grad, scale * sv.grad);
     r.ppo_kl = select(policy, c.old_logp - c.logp, V(0.0));
     r.x = sv.x;

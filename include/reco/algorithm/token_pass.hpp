@@ -225,7 +225,7 @@ struct token_fn {
 
       p.valid += 1;
       if (keep) {
-        p.policy += k.policy;
+        p.policy += scale * k.surrogate;
         p.policy_tokens += 1;
       }
       if (keep && diagnostics) {

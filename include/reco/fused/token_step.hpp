@@ -130,7 +130,7 @@ RECO_HOST_DEVICE inline void token_step(const token_args<Obj, T>& a, const respo
   const detail::token_terms<V> k = detail::token_body(a.obj, c, true, keep, ref_logp, scale, v.coef);
   ++acc.valid;
   if (keep) {
-    acc.policy += scale_in_sum ? v.policy_scale * widen(k.surrogate) : widen(k.policy);
+    acc.policy += scale_in_sum ? v.policy_scale * widen(k.surrogate) : widen(scale * k.surrogate);
     ++acc.policy_tokens;
     acc.clipped += k.clipped ? 1 : 0;
     acc.clip_low += k.clipped && c.advantage < 0 ? 1 : 0;

@@ -485,9 +485,8 @@ struct packed_kernel {
   static RECO_SIMD_INLINE void keep(const token_fn<Obj, T>& f, const token_terms<V>& k, const basic_token_context<V>& c,
                                     const mask_t<V>& valid, const mask_t<V>& policy, const V& scale, Diag diag,
                                     pack_terms& r) {
-    // The surrogate, scaled per block or here: k.policy's value on the policy lanes, and +-0 off
-    // them (which a sum that never holds -0 adds as +0), so the body's own product and select
-    // are left unused.
+    // The surrogate, scaled per block or here (+-0 off the policy lanes, which a sum that never
+    // holds -0 adds as +0).
     if (per_response_scale(f)) r.policy = part<K>(k.surrogate);
     else r.policy = part<K>(scale) * part<K>(k.surrogate);
     r.kl = part<K>(k.kl);
